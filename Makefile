@@ -1,0 +1,29 @@
+# Two commands on a fresh machine:
+#   make run    install into .venv if needed, then run the quickstart experiment end to end
+#   make test   install into .venv if needed, then run the test suite
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.runexp-installed
+
+.PHONY: install run dry_run test clean
+
+$(STAMP): setup.cfg pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/runexp --gin_file=quickstart.gin
+
+dry_run: $(STAMP)
+	$(BIN)/runexp --gin_file=quickstart.gin --dry_run || test $$? -eq 2
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf runexp_output .pytest_cache

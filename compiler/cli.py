@@ -1,0 +1,128 @@
+"""The `runexp` command: compile gin files into a plan, print it, or run it.
+
+    runexp --gin_file=quickstart.gin --dry_run        # print the plan, start nothing
+    runexp --gin_file=quickstart.gin                  # run it
+    runexp --gin_file=quickstart.gin --explain=TRAIN_STEPS
+
+Exit codes (stable; scripts may branch on them):
+    0  success (a dry run: nothing to do)
+    1  user error: bad gin, bad flags, bad input data; the message says file, line, what to do
+    2  a dry run found work to do (stages to create, rebuild or resume)
+    3  a stage failed while running (the message names the stage; finished stages are kept)
+    130 interrupted (Ctrl-C); finished stages are kept, a rerun continues
+This module imports neither TensorFlow nor seqio: the runtime is imported only to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional, Sequence
+
+EXIT_OK, EXIT_USER_ERROR, EXIT_PENDING, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse exits 2; a bad flag is a user error
+        self.print_usage(sys.stderr)
+        print(f"runexp: error: {message}", file=sys.stderr)
+        sys.exit(EXIT_USER_ERROR)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="runexp", description="Compile a BERT experiment written in gin into a "
+                "plan, review it, and run it.",
+                epilog="Exit codes: 0 ok, 1 user error, 2 dry run with work pending, "
+                       "3 stage failed, 130 interrupted.")
+    p.add_argument("--gin_file", action="append", default=[], metavar="FILE",
+                   help="gin file (repeatable; later files override earlier ones). Looked up "
+                        "as given, then in --gin_search_path, then in runexp's own gin/ folder")
+    p.add_argument("--gin_param", action="append", default=[], metavar="BINDING",
+                   help="gin binding applied after the files, e.g. TRAIN_STEPS=200 (repeatable)")
+    p.add_argument("--gin_search_path", action="append", default=[], metavar="DIR",
+                   help="directory to look for gin files and includes in (repeatable)")
+    p.add_argument("--dry_run", action="store_true",
+                   help="print the plan and exit: nothing is executed or written")
+    p.add_argument("--explain", action="append", default=[], metavar="NAME",
+                   help="print where a value comes from: a MACRO or configurable.param "
+                        "(scope/configurable.param for a task); repeatable")
+    p.add_argument("--plan_format", choices=("text", "json"), default="text",
+                   help="how --dry_run prints the plan")
+    p.add_argument("--plan_out", metavar="FILE", help="also save the plan as JSON to FILE")
+    return p
+
+
+def _explain(compiled, names: Sequence[str]) -> tuple[str, bool]:
+    from runexp.compiler.errors import did_you_mean
+    from runexp.compiler.schema import CONFIGURABLES
+
+    out, ok = [], True
+    for name in names:
+        if "." not in name:
+            prov = compiled.resolver.macro(name)
+            if prov is None:
+                out.append(f"{name}: no such macro ("
+                           f"{did_you_mean(name, compiled.resolver.config.macros)})")
+                ok = False
+            else:
+                out.append(prov.explain())
+            continue
+        scope, _, rest = name.rpartition("/")
+        configurable, _, param = rest.partition(".")
+        spec = CONFIGURABLES.get(configurable)
+        if spec is None or param not in spec.params:
+            candidates = [f"{c}.{p}" for c, s in CONFIGURABLES.items() for p in s.params]
+            out.append(f"{name}: unknown ({did_you_mean(rest, candidates)})")
+            ok = False
+            continue
+        out.append(compiled.resolver.provenance(configurable, param, scope).explain())
+    return "\n".join(out), ok
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    from runexp.compiler.errors import UserError
+    from runexp.compiler.planner import compile_experiment
+    from runexp.compiler.render import render_plan
+    from runexp.compiler.state import REUSE, plan_states
+
+    try:
+        compiled = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path)
+    except UserError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
+    plan = compiled.plan
+    if args.explain:
+        text, ok = _explain(compiled, args.explain)
+        print(text)
+        return EXIT_OK if ok else EXIT_USER_ERROR
+    if args.plan_out:
+        try:
+            with open(args.plan_out, "w", encoding="utf-8") as f:
+                f.write(plan.to_json())
+        except OSError as e:
+            print(f"error: cannot write --plan_out {args.plan_out!r}: {e.strerror}",
+                  file=sys.stderr)
+            return EXIT_USER_ERROR
+    states = plan_states(plan)
+    if args.dry_run:
+        if args.plan_format == "json":
+            import json
+
+            d = plan.to_dict()
+            d["actions"] = {k: {"action": s.action, "reason": s.reason} for k, s in states.items()}
+            print(json.dumps(d, indent=2, sort_keys=True))
+        else:
+            print(render_plan(plan, states, dry_run=True))
+        pending = any(s.action != REUSE for s in states.values())
+        return EXIT_PENDING if pending else EXIT_OK
+
+    for w in plan.warnings:
+        print(w, file=sys.stderr)
+    from runexp.runtime.executor import run_plan  # TensorFlow is imported only from here on
+
+    return run_plan(plan)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+"""The Plan: what the compiler hands the runtime, and nothing else.
+
+A Plan is an immutable, JSON-serialisable DAG of stages. Every value in it is plain data
+(str, int, float, bool, None, lists and dicts of those), so the compiler never needs
+TensorFlow and a saved plan can be reviewed, diffed and run later exactly as it was.
+
+Usage:
+    plan = Plan.from_json(text)
+    for stage in plan.stages:          # topological order
+        stage.output_dir, stage.inputs["vocab_dir"], stage.params["max_seq_length"]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Mapping
+
+# Bump when the meaning of a plan's fields changes; saved plans of another version are refused.
+PLAN_FORMAT_VERSION = 1
+
+# Files every stage directory ends with. MANIFEST.json first, COMPLETED last, so a stage that
+# crashed half-way never looks done.
+MANIFEST_FILE = "MANIFEST.json"
+COMPLETED_FILE = "COMPLETED"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """One step of an experiment.
+
+    Attributes:
+      id: unique, readable, used as the stage's directory name ("vocab", "pretrain",
+        "preprocess.quickstart_mlm").
+      kind: which runtime handler runs it (corpus, vocab, preprocess, pretrain, evaluate,
+        finetune, export).
+      params: resolved parameters, plain JSON values.
+      inputs: named inputs: URIs of files, globs or upstream stage directories (a str or a
+        list of str).
+      output_dir: where the stage writes everything, MANIFEST.json and COMPLETED included.
+      deps: ids of the stages whose outputs this one reads.
+      fingerprint: hash of kind, params, input fingerprints and the format version.
+      resume_key: for training stages, the hash of what must not change for a run to be
+        continued from its checkpoints (train_steps, cadence and the like are left out).
+      provenance: param name -> "file:line" that set it (the value's last setter).
+    """
+
+    id: str
+    kind: str
+    params: Mapping[str, Any]
+    inputs: Mapping[str, Any]
+    output_dir: str
+    deps: tuple[str, ...] = ()
+    fingerprint: str = ""
+    resume_key: str = ""
+    provenance: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["deps"] = list(self.deps)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Stage":
+        d = dict(d)
+        d["deps"] = tuple(d.get("deps", ()))
+        return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """An experiment resolved: stages in topological order plus what the reviewer needs."""
+
+    experiment: str
+    output_root: str
+    stages: tuple[Stage, ...]
+    accelerator: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
+    gin_files: tuple[str, ...] = ()
+    gin_params: tuple[str, ...] = ()
+    imports: tuple[str, ...] = ()
+    operative_config: str = ""
+    version: int = PLAN_FORMAT_VERSION
+
+    def stage(self, stage_id: str) -> Stage:
+        for s in self.stages:
+            if s.id == stage_id:
+                return s
+        raise KeyError(stage_id)
+
+    def to_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "experiment": self.experiment,
+            "output_root": self.output_root,
+            "accelerator": dict(self.accelerator),
+            "warnings": list(self.warnings),
+            "gin_files": list(self.gin_files),
+            "gin_params": list(self.gin_params),
+            "imports": list(self.imports),
+            "operative_config": self.operative_config,
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Plan":
+        if d.get("version") != PLAN_FORMAT_VERSION:
+            raise ValueError(
+                f"plan format version {d.get('version')!r} is not {PLAN_FORMAT_VERSION}: "
+                "compile the experiment again with this runexp")
+        return cls(
+            experiment=d["experiment"],
+            output_root=d["output_root"],
+            stages=tuple(Stage.from_dict(s) for s in d["stages"]),
+            accelerator=d.get("accelerator", {}),
+            warnings=tuple(d.get("warnings", ())),
+            gin_files=tuple(d.get("gin_files", ())),
+            gin_params=tuple(d.get("gin_params", ())),
+            imports=tuple(d.get("imports", ())),
+            operative_config=d.get("operative_config", ""),
+            version=d["version"],
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,462 @@
+"""Resolved configuration -> Plan: stages, their inputs and outputs, fingerprints, checks.
+
+Usage:
+    compiled = compile_experiment(["quickstart.gin"], ["TRAIN_STEPS=20"])
+    compiled.plan            # the immutable Plan the runtime runs
+    compiled.resolver        # for --explain
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from typing import Any, Optional, Sequence
+
+from runexp.compiler import uris
+from runexp.compiler.accelerators import ACCELERATORS
+from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
+from runexp.compiler.fingerprint import digest, files_digest, stage_fingerprint
+from runexp.compiler.loader import load
+from runexp.compiler.model_sizes import bert_config
+from runexp.compiler.plan import Plan, Stage
+from runexp.compiler.resolve import Resolver
+
+# Pretrain params that may change while a run is continued from its checkpoints.
+RESUMABLE_PARAMS = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
+                    "steps_per_loop")
+
+
+@dataclasses.dataclass
+class Compiled:
+    plan: Plan
+    resolver: Resolver
+    collector: ErrorCollector
+
+
+class _StageBuilder:
+    """Collects one stage's params with their provenance."""
+
+    def __init__(self, resolver: Resolver):
+        self.resolver = resolver
+        self.params: dict[str, Any] = {}
+        self.provenance: dict[str, str] = {}
+
+    def take(self, name: str, configurable: str, param: str, scope: str = "") -> Any:
+        value = self.resolver.get(configurable, param, scope)
+        self.params[name] = value
+        self.provenance[name] = self.resolver.provenance(configurable, param, scope).short()
+        return value
+
+    def set(self, name: str, value: Any, why: str = "derived") -> Any:
+        self.params[name] = value
+        self.provenance[name] = why
+        return value
+
+
+class _Planner:
+    def __init__(self, resolver: Resolver, collector: ErrorCollector, gin_files: Sequence[str]):
+        self.r = resolver
+        self.c = collector
+        self.gin_files = gin_files
+        self.stages: list[Stage] = []
+        self.output_root = ""
+        self.corpus_stage: Optional[Stage] = None
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def loc(self, configurable: str, param: str, scope: str = "") -> Optional[Location]:
+        return self.r.provenance(configurable, param, scope).location
+
+    def add(self, stage_id: str, kind: str, b: _StageBuilder, inputs: dict,
+            input_fps: dict, deps: Sequence[str], resume_exclude: Sequence[str] = ()) -> Stage:
+        fingerprint = stage_fingerprint(kind, b.params, input_fps)
+        resume_key = ""
+        if resume_exclude:
+            kept = {k: v for k, v in b.params.items() if k not in resume_exclude}
+            resume_key = stage_fingerprint(kind, kept, input_fps)
+        stage = Stage(id=stage_id, kind=kind, params=b.params, inputs=inputs,
+                      output_dir=uris.join(self.output_root, stage_id), deps=tuple(deps),
+                      fingerprint=fingerprint, resume_key=resume_key, provenance=b.provenance)
+        self.stages.append(stage)
+        return stage
+
+    def files(self, patterns: list, label: str, location: Optional[Location],
+              required: bool = True) -> tuple[list, dict, list]:
+        """Resolves input globs: builtin:// -> corpus stage outputs; local -> absolute.
+
+        Returns (uris, fingerprints, deps).
+        """
+        out, fps, deps = [], {}, []
+        for pattern in patterns or []:
+            if uris.is_builtin(pattern):
+                corpus, name = uris.split_builtin(pattern)
+                if corpus not in uris.BUILTIN_CORPORA or name not in uris.BUILTIN_CORPORA[corpus]:
+                    valid = [f"{uris.BUILTIN_SCHEME}{c}/{n}" for c, ns in
+                             uris.BUILTIN_CORPORA.items() for n in ns]
+                    self.c.error(f"{label}: unknown builtin corpus file {pattern!r}", location,
+                                 hint=did_you_mean(pattern, valid))
+                    continue
+                stage = self.ensure_corpus_stage()
+                out.append(uris.join(stage.output_dir, name))
+                fps[pattern] = stage.fingerprint
+                deps.append(stage.id)
+            elif uris.is_gcs(pattern):
+                out.append(pattern)
+                fps[pattern] = "checked at run time"
+            else:
+                path = uris.absolute(pattern)
+                matched = uris.expand_local(path)
+                if not matched and required:
+                    self.c.error(f"{label}: {pattern!r} matches no file", location,
+                                 hint="check the path or glob (relative paths are relative to "
+                                      "the directory runexp is started in)")
+                    continue
+                out.append(path)
+                fps[pattern] = files_digest(matched)
+        return out, fps, sorted(set(deps))
+
+    def ensure_corpus_stage(self) -> Stage:
+        if self.corpus_stage is None:
+            b = _StageBuilder(self.r)
+            b.set("source", "python_stdlib_docstrings", "builtin:// corpus")
+            b.take("min_bytes", "builtin_corpus", "min_bytes")
+            b.take("heldout_fraction", "builtin_corpus", "heldout_fraction")
+            b.take("finetune_classes", "builtin_corpus", "finetune_classes")
+            b.take("seed", "builtin_corpus", "seed")
+            b.set("python_version", "%d.%d" % sys.version_info[:2], "the running Python")
+            self.corpus_stage = self.add("corpus", "corpus", b, {}, {}, [])
+        return self.corpus_stage
+
+    # --- the experiment ----------------------------------------------------------------
+
+    def plan(self) -> Optional[Plan]:
+        r, c = self.r, self.c
+        root = r.get("experiment", "output_root")
+        accel_name = r.get("experiment", "accelerator")
+        accel = ACCELERATORS.get(accel_name) if accel_name else None
+        if accel_name and accel is None:
+            c.error(f"unknown accelerator profile {accel_name!r}",
+                    self.loc("experiment", "accelerator"), hint=did_you_mean(accel_name, ACCELERATORS))
+        if root is None:
+            return None
+        self.output_root = uris.absolute(root)
+        if accel is not None and accel.needs_gcs and not uris.is_gcs(self.output_root):
+            c.error(f"a TPU ({accel.name}) cannot write to the local path {root!r}",
+                    self.loc("experiment", "output_root"),
+                    hint="TPUs read and write only Cloud Storage: set OUTPUT_ROOT = 'gs://BUCKET/PATH'")
+        name = r.get("experiment", "name") or os.path.splitext(
+            os.path.basename(self.gin_files[0]))[0]
+
+        task = r.get("train", "task")
+        tasks = r.scopes("bert_pretraining_task")
+        if task is not None and task not in tasks:
+            c.error(f"train.task names {task!r}, which is not a registered bert_pretraining_task",
+                    self.loc("train", "task"),
+                    hint=(did_you_mean(task, tasks) or "") + f" (register one with "
+                    f"{task}/bert_pretraining_task.train_files = [...])")
+            task = None
+        if task is None:
+            return None
+
+        vocab = self.plan_vocab(task)
+        pre = self.plan_preprocess(task, vocab)
+        pretrain = self.plan_pretrain(pre, vocab, accel)
+        if pretrain is None:
+            return None
+        if r.get("evaluate", "enabled"):
+            if pre.inputs["validation_files"]:
+                self.plan_evaluate(pre, pretrain)
+            else:
+                c.warn("no held-out files: the evaluate stage is left out",
+                       self.loc("bert_pretraining_task", "validation_files", task),
+                       hint="set HELDOUT_FILES (validation_files) to text not used for training")
+        finetune = None
+        ft_task = r.get("finetune", "task")
+        if ft_task is not None:
+            finetune = self.plan_finetune(ft_task, vocab, pretrain)
+        if r.get("export", "enabled"):
+            self.plan_export(vocab, pretrain, finetune)
+        return Plan(experiment=name, output_root=self.output_root, stages=tuple(self.stages),
+                    accelerator=accel.to_dict() if accel else {})
+
+    def plan_vocab(self, task: str) -> Stage:
+        b = _StageBuilder(self.r)
+        path = b.take("vocab_path", "vocab", "path")
+        b.take("do_lower_case", "vocab", "do_lower_case")
+        inputs, fps, deps = {}, {}, []
+        if path is None:
+            b.take("vocab_size", "vocab", "size")
+            b.take("model_type", "vocab", "model_type")
+            b.take("max_sentences", "vocab", "max_sentences")
+            b.take("seed", "vocab", "seed")
+            train = self.r.get("bert_pretraining_task", "train_files", task) or []
+            held = self.r.get("bert_pretraining_task", "validation_files", task) or []
+            loc_t = self.loc("bert_pretraining_task", "train_files", task)
+            inputs["train_files"], f1, d1 = self.files(train, f"{task}.train_files", loc_t)
+            inputs["heldout_files"], f2, d2 = self.files(
+                held, f"{task}.validation_files",
+                self.loc("bert_pretraining_task", "validation_files", task))
+            fps, deps = {"train": f1, "heldout": f2}, sorted(set(d1 + d2))
+        else:
+            b.params["vocab_path"] = uris.absolute(path)
+            vocab_size = self.adopted_vocab_size(b.params["vocab_path"],
+                                                 self.loc("vocab", "path"))
+            b.set("vocab_size", vocab_size, f"counted in {os.path.basename(path)}")
+            fps = {"vocab": files_digest([b.params["vocab_path"]])
+                   if os.path.isfile(b.params["vocab_path"]) else "checked at run time"}
+        return self.add("vocab", "vocab", b, inputs, fps, deps)
+
+    def adopted_vocab_size(self, path: str, location: Optional[Location]) -> Optional[int]:
+        if uris.is_gcs(path):
+            return None  # read at run time
+        if not os.path.isfile(path):
+            self.c.error(f"vocab.path: {path!r} does not exist", location,
+                         hint="give a BERT vocab.txt or a SentencePiece .model, or set VOCAB = "
+                              "None to train one")
+            return None
+        if path.endswith(".model"):
+            import sentencepiece  # light (no TensorFlow); gives the exact piece count
+
+            return sentencepiece.SentencePieceProcessor(model_file=path).get_piece_size()
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+
+    def plan_preprocess(self, task: str, vocab: Stage) -> Stage:
+        b = _StageBuilder(self.r)
+        b.set("task", task, f"train.task @ {self.r.provenance('train', 'task').short()}")
+        for p in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "dupe_factor",
+                  "short_seq_prob", "random_next_prob", "mask_token_prob", "random_token_prob",
+                  "whole_word_masking", "pair_objective", "random_seed", "num_shards",
+                  "num_workers"):
+            b.take(p, "bert_pretraining_task", p, task)
+        b.set("do_lower_case", vocab.params["do_lower_case"], vocab.provenance["do_lower_case"])
+        mask, rnd = b.params["mask_token_prob"], b.params["random_token_prob"]
+        if mask is not None and rnd is not None and mask + rnd > 1.0 + 1e-9:
+            self.c.error(f"mask_token_prob + random_token_prob = {mask + rnd:g} exceeds 1",
+                         self.loc("bert_pretraining_task", "random_token_prob", task),
+                         hint="the rest of the masked positions keep their token: use e.g. 0.8 and 0.1")
+        length, preds = b.params["max_seq_length"], b.params["max_predictions_per_seq"]
+        prob = b.params["masked_lm_prob"]
+        if length and preds and prob is not None:
+            expected = round(length * prob)
+            if preds > length:
+                self.c.error(f"max_predictions_per_seq ({preds}) exceeds max_seq_length ({length})",
+                             self.loc("bert_pretraining_task", "max_predictions_per_seq", task),
+                             hint=f"about max_seq_length x masked_lm_prob = {expected} is usual")
+            elif preds < expected:
+                self.c.warn(f"max_predictions_per_seq ({preds}) < max_seq_length x masked_lm_prob "
+                            f"({expected}): fewer tokens than masked_lm_prob asks will be masked",
+                            self.loc("bert_pretraining_task", "max_predictions_per_seq", task),
+                            hint=f"set MAX_PREDICTIONS_PER_SEQ = {expected}")
+        train = self.r.get("bert_pretraining_task", "train_files", task) or []
+        held = self.r.get("bert_pretraining_task", "validation_files", task) or []
+        loc_t = self.loc("bert_pretraining_task", "train_files", task)
+        loc_v = self.loc("bert_pretraining_task", "validation_files", task)
+        train_uris, f1, d1 = self.files(train, f"{task}.train_files", loc_t)
+        held_uris, f2, d2 = self.files(held, f"{task}.validation_files", loc_v)
+        if train and held and sorted(train_uris) == sorted(held_uris):
+            self.c.warn("the held-out files are the training files: evaluation will measure "
+                        "memorisation, not generalisation", loc_v,
+                        hint="hold out documents the model never trains on")
+        inputs = {"train_files": train_uris, "validation_files": held_uris,
+                  "vocab_dir": vocab.output_dir}
+        fps = {"train": f1, "validation": f2, "vocab": vocab.fingerprint}
+        return self.add(f"preprocess.{task}", "preprocess", b, inputs, fps,
+                        sorted(set(d1 + d2 + [vocab.id])))
+
+    def model_config(self, b: _StageBuilder, vocab: Stage) -> Optional[dict]:
+        size = self.r.get("model", "size")
+        overrides = {}
+        for p in ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "vocab_size", "hidden_act", "hidden_dropout_prob",
+                  "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+                  "initializer_range"):
+            overrides[p] = self.r.get("model", p)
+        if size is None:
+            return None
+        vocab_size = vocab.params.get("vocab_size")
+        if overrides["vocab_size"] is None:
+            overrides["vocab_size"] = vocab_size
+        elif vocab_size and overrides["vocab_size"] < vocab_size:
+            padded = -(-vocab_size // 128) * 128
+            self.c.error(f"model.vocab_size ({overrides['vocab_size']}) is smaller than the "
+                         f"vocabulary ({vocab_size} tokens)", self.loc("model", "vocab_size"),
+                         hint=f"set model.vocab_size = {padded} (the vocab size padded to a "
+                              "multiple of 128) or leave it unset")
+        config = bert_config(size, overrides)
+        if config["hidden_size"] % config["num_attention_heads"]:
+            self.c.error(f"hidden_size ({config['hidden_size']}) is not a multiple of "
+                         f"num_attention_heads ({config['num_attention_heads']})",
+                         self.loc("model", "num_attention_heads"),
+                         hint="choose heads that divide the hidden size")
+        b.set("model", config, f"model.size = {size!r} @ {self.r.provenance('model', 'size').short()}")
+        return config
+
+    def plan_pretrain(self, pre: Stage, vocab: Stage, accel) -> Optional[Stage]:
+        b = _StageBuilder(self.r)
+        config = self.model_config(b, vocab)
+        b.take("batch_size", "train", "batch_size")
+        b.take("train_steps", "train", "steps")
+        b.take("warmup_steps", "train", "warmup_steps")
+        b.take("learning_rate", "train", "learning_rate")
+        b.take("weight_decay", "train", "weight_decay")
+        b.take("checkpoint_every", "train", "checkpoint_every")
+        b.take("keep_checkpoints", "train", "keep_checkpoints")
+        init = b.take("init_checkpoint", "train", "init_checkpoint")
+        if init is not None:
+            b.params["init_checkpoint"] = uris.absolute(init)
+        b.take("steps_per_loop", "train", "steps_per_loop")
+        b.take("log_every", "train", "log_every")
+        b.take("seed", "train", "seed")
+        b.set("max_seq_length", pre.params["max_seq_length"], pre.provenance["max_seq_length"])
+        b.set("max_predictions_per_seq", pre.params["max_predictions_per_seq"],
+              pre.provenance["max_predictions_per_seq"])
+        b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
+        if config is None:
+            return None
+        length = b.params["max_seq_length"]
+        if length and length > config["max_position_embeddings"]:
+            self.c.error(f"max_seq_length ({length}) exceeds the model's max_position_embeddings "
+                         f"({config['max_position_embeddings']})",
+                         self.loc("bert_pretraining_task", "max_seq_length", pre.params["task"]),
+                         hint="shorten MAX_SEQ_LENGTH or raise model.max_position_embeddings")
+        batch = b.params["batch_size"]
+        if accel is not None and batch and batch % accel.replicas:
+            self.c.error(f"global batch size {batch} is not divisible by the {accel.replicas} "
+                         f"replicas of {accel.name}", self.loc("train", "batch_size"),
+                         hint=f"use a multiple of {accel.replicas}, e.g. "
+                              f"{-(-batch // accel.replicas) * accel.replicas}")
+        steps, warmup = b.params["train_steps"], b.params["warmup_steps"]
+        if steps and warmup is not None and warmup > steps:
+            self.c.warn(f"warmup_steps ({warmup}) exceeds train steps ({steps}): the learning "
+                        "rate never reaches its peak", self.loc("train", "warmup_steps"),
+                        hint="warm up over about 1-10% of training")
+        every, loop = b.params["checkpoint_every"], b.params["steps_per_loop"]
+        if every and loop and every % loop:
+            self.c.error(f"checkpoint_every ({every}) is not a multiple of steps_per_loop ({loop})",
+                         self.loc("train", "checkpoint_every"),
+                         hint="checkpoints are written between host loops")
+        if init is not None and accel is not None and accel.needs_gcs and not uris.is_gcs(init):
+            self.c.error(f"a TPU cannot read the local init_checkpoint {init!r}",
+                         self.loc("train", "init_checkpoint"),
+                         hint="copy the checkpoint to gs:// and point INIT_CHECKPOINT there")
+        inputs = {"data_dir": pre.output_dir, "vocab_dir": vocab.output_dir}
+        fps = {"data": pre.fingerprint, "vocab": vocab.fingerprint}
+        if init is not None:
+            inputs["init_checkpoint"] = b.params["init_checkpoint"]
+        return self.add("pretrain", "pretrain", b, inputs, fps, [pre.id, vocab.id],
+                        resume_exclude=RESUMABLE_PARAMS)
+
+    def plan_evaluate(self, pre: Stage, pretrain: Stage) -> Stage:
+        b = _StageBuilder(self.r)
+        b.set("model", pretrain.params["model"], pretrain.provenance["model"])
+        b.take("batch_size", "evaluate", "batch_size")
+        b.take("max_examples", "evaluate", "max_examples")
+        b.set("max_seq_length", pre.params["max_seq_length"], pre.provenance["max_seq_length"])
+        b.set("max_predictions_per_seq", pre.params["max_predictions_per_seq"],
+              pre.provenance["max_predictions_per_seq"])
+        inputs = {"data_dir": pre.output_dir, "checkpoint_dir": pretrain.output_dir}
+        fps = {"data": pre.fingerprint, "checkpoint": pretrain.fingerprint}
+        return self.add("evaluate", "evaluate", b, inputs, fps, [pre.id, pretrain.id])
+
+    def plan_finetune(self, task: str, vocab: Stage, pretrain: Stage) -> Optional[Stage]:
+        tasks = self.r.scopes("classification_task")
+        if task not in tasks:
+            self.c.error(f"finetune.task names {task!r}, which is not a registered "
+                         "classification_task", self.loc("finetune", "task"),
+                         hint=(did_you_mean(task, tasks) or "") + f" (register one with "
+                         f"{task}/classification_task.train_file = '...')")
+            return None
+        b = _StageBuilder(self.r)
+        b.set("task", task, self.r.provenance("finetune", "task").short())
+        labels = b.take("labels", "classification_task", "labels", task)
+        b.take("text_fields", "classification_task", "text_fields", task)
+        b.take("label_field", "classification_task", "label_field", task)
+        b.set("model", pretrain.params["model"], pretrain.provenance["model"])
+        b.take("batch_size", "finetune", "batch_size")
+        b.take("train_steps", "finetune", "steps")
+        b.take("warmup_steps", "finetune", "warmup_steps")
+        b.take("learning_rate", "finetune", "learning_rate")
+        length = b.take("max_seq_length", "finetune", "max_seq_length")
+        b.take("seed", "finetune", "seed")
+        fields = b.params["text_fields"]
+        if fields is not None and len(fields) not in (1, 2):
+            self.c.error(f"{task}/classification_task.text_fields must name one or two fields, "
+                         f"got {fields!r}", self.loc("classification_task", "text_fields", task),
+                         hint="['sentence'] or ['sentence1', 'sentence2']")
+        if labels is not None and len(set(labels)) < 2:
+            self.c.error(f"{task}: a classification task needs at least two labels, got {labels!r}",
+                         self.loc("classification_task", "labels", task))
+        max_pos = pretrain.params["model"]["max_position_embeddings"]
+        if length and length > max_pos:
+            self.c.error(f"finetune.max_seq_length ({length}) exceeds max_position_embeddings "
+                         f"({max_pos})", self.loc("finetune", "max_seq_length"),
+                         hint=f"use at most {max_pos}")
+        inputs, fps, deps = {}, {}, []
+        for key, param in (("train_file", "train_file"), ("dev_file", "dev_file")):
+            value = self.r.get("classification_task", param, task)
+            if value is None:
+                continue
+            found, fp, d = self.files([value], f"{task}.{param}",
+                                      self.loc("classification_task", param, task))
+            if found:
+                inputs[key] = found[0]
+            fps[key] = fp
+            deps += d
+        if "train_file" in inputs and inputs.get("train_file") == inputs.get("dev_file"):
+            self.c.warn(f"{task}: the dev file is the train file: accuracy will be optimistic",
+                        self.loc("classification_task", "dev_file", task),
+                        hint="evaluate on examples the model does not train on")
+        inputs.update(vocab_dir=vocab.output_dir, checkpoint_dir=pretrain.output_dir)
+        fps.update(vocab=vocab.fingerprint, checkpoint=pretrain.fingerprint)
+        return self.add(f"finetune.{task}", "finetune", b, inputs, fps,
+                        sorted(set(deps + [vocab.id, pretrain.id])))
+
+    def plan_export(self, vocab: Stage, pretrain: Stage, finetune: Optional[Stage]) -> Stage:
+        b = _StageBuilder(self.r)
+        b.set("model", pretrain.params["model"], pretrain.provenance["model"])
+        inputs = {"checkpoint_dir": pretrain.output_dir, "vocab_dir": vocab.output_dir}
+        fps = {"checkpoint": pretrain.fingerprint, "vocab": vocab.fingerprint}
+        deps = [vocab.id, pretrain.id]
+        if finetune is not None:
+            inputs["finetune_dir"] = finetune.output_dir
+            fps["finetune"] = finetune.fingerprint
+            deps.append(finetune.id)
+        return self.add("export", "export", b, inputs, fps, deps)
+
+
+def operative_config(resolver: Resolver) -> str:
+    """Every value the plan used, one `name = value  # where` line each."""
+    lines = []
+    for (scope, configurable, param), prov in sorted(resolver._provenance.items()):
+        lines.append(f"{prov.name} = {prov.value!r}  # {prov.short()}")
+    return "\n".join(lines) + "\n"
+
+
+def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
+                       search_paths: Sequence[str] = ()) -> Compiled:
+    """Loads, resolves and plans an experiment.
+
+    Raises:
+      UserError: every problem found, each with its file and line.
+    """
+    config = load(gin_files, gin_params, search_paths)
+    collector = ErrorCollector()
+    resolver = Resolver(config, collector)
+    resolver.check_names()
+    planner = _Planner(resolver, collector, gin_files)
+    plan = planner.plan()
+    collector.raise_if_any()
+    if plan is None:  # every path that returns None reports an error; this is a bug if not
+        raise UserError("internal error: the experiment could not be planned and no reason "
+                        "was recorded; please report it with your gin files")
+    plan = dataclasses.replace(
+        plan,
+        warnings=tuple(w.render() for w in collector.warnings),
+        gin_files=tuple(config.files),
+        gin_params=tuple(gin_params),
+        imports=tuple(f"{text}  # {loc}" for text, loc in config.imports),
+        operative_config=operative_config(resolver),
+    )
+    return Compiled(plan=plan, resolver=resolver, collector=collector)

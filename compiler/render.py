@@ -1,0 +1,79 @@
+"""Plans as text for people, terraform-style: what will happen to each stage, and why."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from runexp.compiler.plan import Plan
+from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
+
+SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "="}
+LEGEND = {CREATE: "create", REBUILD: "rebuild", RESUME: "resume", REUSE: "reuse"}
+ORDER = (CREATE, REBUILD, RESUME, REUSE)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list) and len(value) > 3:
+        return "[" + ", ".join(_value(v) for v in value[:3]) + f", ... ({len(value)} in all)]"
+    return repr(value)
+
+
+def _short_path(path: str, root: str) -> str:
+    if path.startswith(root.rstrip("/") + "/"):
+        return "<root>/" + path[len(root.rstrip("/")) + 1:]
+    return path
+
+
+def summary_line(states: dict[str, StageState]) -> str:
+    counts = {a: sum(1 for s in states.values() if s.action == a) for a in ORDER}
+    parts = [f"{counts[a]} to {LEGEND[a]}" for a in ORDER if counts[a]]
+    return "Plan: " + (", ".join(parts) if parts else "nothing to do") + "."
+
+
+def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
+                verbose: bool = True) -> str:
+    lines = [f"runexp plan for experiment {plan.experiment!r}"]
+    lines.append(f"  gin files:   {', '.join(os.path.relpath(f) if not f.startswith('..') else f for f in plan.gin_files)}")
+    if plan.gin_params:
+        lines.append(f"  gin params:  {' '.join(plan.gin_params)}")
+    lines.append(f"  output root: {plan.output_root}")
+    if plan.accelerator:
+        a = plan.accelerator
+        lines.append(f"  accelerator: {a['name']} ({a['type']}, {a['replicas']} "
+                     f"replica{'s' if a['replicas'] != 1 else ''})")
+    for imp in plan.imports:
+        lines.append(f"  gin import (runs code when loaded by gin): {imp}")
+    present = [a for a in ORDER if any(s.action == a for s in states.values())]
+    lines.append("")
+    lines.append("Actions: " + "   ".join(f"{SYMBOLS[a]} {LEGEND[a]}" for a in present))
+    lines.append("")
+    for stage in plan.stages:
+        st = states[stage.id]
+        lines.append(f"{SYMBOLS[st.action]} {stage.id}  ({stage.kind})  will be "
+                     f"{'reused' if st.action == REUSE else LEGEND[st.action] + 'd'}")
+        lines.append(f"    why: {st.reason}")
+        for name, old, new in st.changes:
+            lines.append(f"    ~ {name}: {_value(old)} -> {_value(new)}")
+        if verbose and st.action != REUSE:
+            for name in sorted(stage.params):
+                where = stage.provenance.get(name, "")
+                lines.append(f"    {name} = {_value(stage.params[name])}"
+                             + (f"   # {where}" if where else ""))
+            for name, value in sorted(stage.inputs.items()):
+                shown = ([_short_path(v, plan.output_root) for v in value]
+                         if isinstance(value, list) else _short_path(value, plan.output_root))
+                lines.append(f"    <- {name}: {_value(shown)}")
+        lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
+                     f"  (fingerprint {stage.fingerprint[:12]})")
+        lines.append("")
+    for w in plan.warnings:
+        lines.append(w)
+        lines.append("")
+    lines.append(summary_line(states))
+    if dry_run:
+        lines.append("This was a dry run: nothing was executed or written. Run the same "
+                     "command without --dry_run to apply the plan.")
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""What can be configured: every configurable, its parameters, their types and defaults.
+
+This is the whole gin surface of runexp besides macros. A binding of a configurable or
+parameter not listed here is an error with a "did you mean" hint. Configurables marked
+`scoped` are registries keyed by scope: `legal/bert_pretraining_task.train_files = [...]`
+declares the task `legal`; unscoped bindings of the same configurable are defaults for every
+task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+REQUIRED = object()  # default meaning "must be bound"
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One parameter.
+
+    Attributes:
+      type: one of "int", "float", "bool", "str", "str_list", "dict".
+      default: value when unbound (REQUIRED: must be bound).
+      optional: None is allowed.
+      choices: allowed values, for enums.
+      minimum: smallest allowed number (inclusive).
+      maximum: largest allowed number (inclusive).
+      doc: one line for `runexp --explain` and errors.
+    """
+
+    type: str
+    default: Any = REQUIRED
+    optional: bool = False
+    choices: tuple = ()
+    minimum: Optional[float] = None
+    maximum: Optional[float] = None
+    doc: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Configurable:
+    params: dict
+    scoped: bool = False
+    doc: str = ""
+
+
+def _pos(doc: str, default: Any = REQUIRED, minimum: float = 1, **kw) -> Param:
+    return Param("int", default, minimum=minimum, doc=doc, **kw)
+
+
+def _prob(doc: str, default: float) -> Param:
+    return Param("float", default, minimum=0.0, maximum=1.0, doc=doc)
+
+
+CONFIGURABLES: dict[str, Configurable] = {
+    "experiment": Configurable(doc="The experiment as a whole.", params={
+        "name": Param("str", None, optional=True,
+                      doc="experiment name (default: the first gin file's name)"),
+        "output_root": Param("str", doc="local directory or gs:// URI for every output"),
+        "accelerator": Param("str", "cpu", doc="accelerator profile (see compiler/accelerators.py)"),
+    }),
+    "builtin_corpus": Configurable(doc="The corpus built from the Python standard library.", params={
+        "min_bytes": _pos("fail unless the train text has at least this many bytes", 2_000_000),
+        "heldout_fraction": _prob("share of documents held out", 0.05),
+        "finetune_classes": _pos("labels of the fine-tune task (stdlib packages)", 6, minimum=2),
+        "seed": Param("int", 12345, doc="seed of the splits"),
+    }),
+    "vocab": Configurable(doc="The vocabulary: adopted from a file, or trained as a stage.", params={
+        "path": Param("str", None, optional=True,
+                      doc="BERT vocab.txt or SentencePiece .model to adopt; None trains one"),
+        "size": _pos("vocabulary size to train", 30522, minimum=16),
+        "do_lower_case": Param("bool", True, doc="lower-case (and strip accents) before tokenising"),
+        "model_type": Param("str", "unigram", choices=("unigram", "bpe"),
+                            doc="SentencePiece model type"),
+        "max_sentences": _pos("sentences sampled to train the vocab", 1_000_000),
+        "seed": Param("int", 12345, doc="sampling seed"),
+    }),
+    "bert_pretraining_task": Configurable(scoped=True, doc="A seqio task of BERT pretraining examples.",
+                                          params={
+        "train_files": Param("str_list", doc="globs: one sentence per line, blank line between documents"),
+        "validation_files": Param("str_list", [], doc="held-out globs for evaluation"),
+        "max_seq_length": _pos("tokens per example", 128, minimum=8),
+        "max_predictions_per_seq": _pos("masked positions per example", 20),
+        "masked_lm_prob": Param("float", 0.15, minimum=0.0, maximum=1.0,
+                                doc="share of tokens masked"),
+        "dupe_factor": _pos("static masks per instance (times each document is used)", 5),
+        "short_seq_prob": _prob("share of shorter target lengths", 0.1),
+        "random_next_prob": _prob("share of random next segments", 0.5),
+        "mask_token_prob": _prob("of masked positions, share replaced by [MASK]", 0.8),
+        "random_token_prob": _prob("of masked positions, share replaced by a random token", 0.1),
+        "whole_word_masking": Param("bool", False, doc="mask whole words"),
+        "pair_objective": Param("str", "nsp", choices=("nsp",), doc="sentence-pair objective"),
+        "random_seed": Param("int", 12345, doc="seed of instance creation and masking"),
+        "num_shards": _pos("output shards per split (0: one per 8 MB of text, at least 2)", 0,
+                           minimum=0),
+        "num_workers": _pos("worker processes (0: one per core)", 0, minimum=0),
+    }),
+    "model": Configurable(doc="The BERT encoder (Google's bert_config.json fields).", params={
+        "size": Param("str", "base", choices=("tiny", "mini", "small", "medium", "base", "large"),
+                      doc="preset sizes; the fields below override it"),
+        "hidden_size": _pos("hidden size", None, optional=True),
+        "num_hidden_layers": _pos("layers", None, optional=True),
+        "num_attention_heads": _pos("attention heads", None, optional=True),
+        "intermediate_size": _pos("feed-forward size", None, optional=True),
+        "vocab_size": _pos("embedding rows (default: the vocab's size)", None, optional=True),
+        "hidden_act": Param("str", "gelu", choices=("gelu", "relu", "tanh"), doc="activation"),
+        "hidden_dropout_prob": _prob("dropout", 0.1),
+        "attention_probs_dropout_prob": _prob("attention dropout", 0.1),
+        "max_position_embeddings": _pos("position embeddings", 512),
+        "type_vocab_size": _pos("segment types", 2),
+        "initializer_range": Param("float", 0.02, minimum=0.0, doc="truncated normal stddev"),
+    }),
+    "train": Configurable(doc="Pretraining.", params={
+        "task": Param("str", doc="name of the bert_pretraining_task to train on"),
+        "steps": _pos("training steps", 100_000),
+        "batch_size": _pos("global batch size", 256),
+        "warmup_steps": _pos("linear warmup steps", 10_000, minimum=0),
+        "learning_rate": Param("float", 1e-4, minimum=0.0, doc="peak learning rate"),
+        "weight_decay": Param("float", 0.01, minimum=0.0, doc="AdamW weight decay"),
+        "checkpoint_every": _pos("steps between checkpoints", 1000),
+        "keep_checkpoints": _pos("checkpoints kept", 5),
+        "init_checkpoint": Param("str", None, optional=True,
+                                 doc="checkpoint in Google's BERT layout to start from"),
+        "steps_per_loop": _pos("steps per host loop", 1),
+        "log_every": _pos("steps between logs and summaries", 100),
+        "seed": Param("int", 12345, doc="initialisation and data order seed"),
+    }),
+    "evaluate": Configurable(doc="Held-out MLM/NSP evaluation after pretraining.", params={
+        "enabled": Param("bool", True, doc="run the evaluate stage"),
+        "batch_size": _pos("evaluation batch size", 64),
+        "max_examples": _pos("cap on evaluated examples", None, optional=True),
+    }),
+    "classification_task": Configurable(scoped=True, doc="A sentence (pair) classification task.",
+                                        params={
+        "train_file": Param("str", doc="TSV with a header, or JSONL"),
+        "dev_file": Param("str", doc="TSV with a header, or JSONL"),
+        "text_fields": Param("str_list", ["sentence"], doc="one field, or two for pairs"),
+        "label_field": Param("str", "label", doc="the label column"),
+        "labels": Param("str_list", None, optional=True, doc="labels; None reads them from train"),
+    }),
+    "finetune": Configurable(doc="Fine-tuning after pretraining.", params={
+        "task": Param("str", None, optional=True, doc="classification_task name; None: no fine-tune"),
+        "steps": _pos("training steps", 1000),
+        "batch_size": _pos("global batch size", 32),
+        "learning_rate": Param("float", 2e-5, minimum=0.0, doc="peak learning rate"),
+        "warmup_steps": _pos("warmup steps", 100, minimum=0),
+        "max_seq_length": _pos("tokens per example", 128, minimum=8),
+        "seed": Param("int", 12345, doc="seed"),
+    }),
+    "export": Configurable(doc="SavedModel, Google-layout checkpoint, bert_config.json, vocab.",
+                           params={
+        "enabled": Param("bool", True, doc="run the export stage"),
+    }),
+}

@@ -1,0 +1,60 @@
+"""Paths and URIs as the compiler sees them: local paths, gs:// URIs and builtin:// corpora.
+
+`builtin://python_stdlib_docstrings/<file>` names a file of the corpus stage's output, so
+the quickstart's gin files can point at text the experiment builds itself.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import posixpath
+
+BUILTIN_SCHEME = "builtin://"
+BUILTIN_CORPORA = {
+    "python_stdlib_docstrings": ("train.txt", "heldout.txt", "finetune_train.tsv",
+                                 "finetune_dev.tsv"),
+}
+
+
+def is_gcs(uri: str) -> bool:
+    return uri.startswith("gs://")
+
+
+def is_builtin(uri: str) -> bool:
+    return uri.startswith(BUILTIN_SCHEME)
+
+
+def join(root: str, *parts: str) -> str:
+    if is_gcs(root):
+        return posixpath.join(root, *parts)
+    return os.path.join(root, *parts)
+
+
+def absolute(path: str) -> str:
+    """Local paths become absolute (plans must not depend on the current directory)."""
+    if is_gcs(path) or is_builtin(path):
+        return path
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def split_builtin(uri: str) -> tuple[str, str]:
+    """'builtin://corpus/file' -> ('corpus', 'file')."""
+    rest = uri[len(BUILTIN_SCHEME):]
+    corpus, _, name = rest.partition("/")
+    return corpus, name
+
+
+def expand_local(pattern: str) -> list[str]:
+    """Files a local glob matches, sorted; a plain existing file matches itself."""
+    if glob.has_magic(pattern):
+        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
+    return [pattern] if os.path.isfile(pattern) else []
+
+
+def escapes_root(root: str, path: str) -> bool:
+    """True when `path` is not inside `root` once `..` and symlinks are resolved."""
+    if is_gcs(root) or is_gcs(path):
+        return not posixpath.normpath(path).startswith(posixpath.normpath(root))
+    root_real = os.path.realpath(root)
+    return os.path.commonpath([root_real, os.path.realpath(path)]) != root_real

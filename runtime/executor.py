@@ -1,0 +1,179 @@
+"""Runs a Plan: each stage in order, skipping what is already done, never half-finishing one.
+
+For every stage the executor decides (compiler/state.py) whether to create, rebuild, resume
+or reuse it; prepares its directory (a rebuilt stage's old output is moved aside, not
+deleted); writes STARTED.json; calls the handler `runtime/stages/<kind>.py: run(ctx)`; then
+writes MANIFEST.json and, last, COMPLETED. A crash or a kill at any moment leaves either a
+finished stage or one the next run redoes (training stages continue from checkpoints).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import sys
+import time
+import traceback
+
+from runexp.compiler import uris
+from runexp.compiler.errors import UserError
+from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
+from runexp.compiler.render import SYMBOLS
+from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE, StageState,
+                                   plan_states)
+from runexp.runtime.context import StageContext
+
+EXIT_OK, EXIT_USER_ERROR, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
+SUPERSEDED_DIR = ".superseded"
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def write_json_atomic(path: str, obj) -> None:
+    """Writes JSON so that readers see the old file or the whole new one, never a part."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _prepare_dir(stage: Stage, state: StageState, root: str) -> None:
+    d = stage.output_dir
+    if state.action == REBUILD and os.path.isdir(d):
+        # Keep the old output: a rebuild must not lose a finished result.
+        old_fp = ""
+        try:
+            with open(os.path.join(d, MANIFEST_FILE), encoding="utf-8") as f:
+                old_fp = json.load(f).get("fingerprint", "")[:12]
+        except (OSError, ValueError):
+            pass
+        aside = os.path.join(root, SUPERSEDED_DIR, f"{stage.id}-{old_fp or 'unknown'}-"
+                                                    f"{time.strftime('%Y%m%d-%H%M%S')}")
+        os.makedirs(os.path.dirname(aside), exist_ok=True)
+        os.replace(d, aside)
+        _say(f"    the previous output was moved to {aside}")
+    elif state.action == CREATE and os.path.isdir(d):
+        shutil.rmtree(d)  # partial output of an attempt that never finished
+    elif state.action == RESUME:
+        # A finished run being continued is no longer finished.
+        for name in (COMPLETED_FILE, MANIFEST_FILE):
+            if os.path.exists(os.path.join(d, name)):
+                os.remove(os.path.join(d, name))
+    os.makedirs(d, exist_ok=True)
+
+
+def _headline(stage: Stage, summary: dict) -> str:
+    parts = []
+    for key, value in summary.items():
+        if isinstance(value, float):
+            parts.append(f"{key}={value:.4g}")
+        elif isinstance(value, (int, str)) and len(str(value)) < 60:
+            parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def run_stage(plan: Plan, stage: Stage, state: StageState) -> dict:
+    """Runs one stage to completion (COMPLETED written) and returns its summary."""
+    _prepare_dir(stage, state, plan.output_root)
+    write_json_atomic(os.path.join(stage.output_dir, STARTED_FILE), {
+        "fingerprint": stage.fingerprint, "resume_key": stage.resume_key,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    handler = importlib.import_module(f"runexp.runtime.stages.{stage.kind}")
+    ctx = StageContext(stage=stage, plan=plan, work_dir=stage.output_dir)
+    start = time.time()
+    summary = handler.run(ctx) or {}
+    seconds = time.time() - start
+    write_json_atomic(os.path.join(stage.output_dir, MANIFEST_FILE), {
+        "stage": stage.id, "kind": stage.kind, "fingerprint": stage.fingerprint,
+        "resume_key": stage.resume_key, "params": dict(stage.params),
+        "inputs": dict(stage.inputs), "summary": summary, "seconds": round(seconds, 2),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    write_text_atomic(os.path.join(stage.output_dir, COMPLETED_FILE), stage.fingerprint + "\n")
+    return summary
+
+
+def _read_summary(stage: Stage) -> dict:
+    try:
+        with open(os.path.join(stage.output_dir, MANIFEST_FILE), encoding="utf-8") as f:
+            return json.load(f).get("summary", {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _results(plan: Plan, summaries: dict) -> list[str]:
+    lines = ["", "Results:"]
+    for stage in plan.stages:
+        lines.append(f"  {stage.id:<28} {stage.output_dir}")
+    ev = summaries.get("evaluate")
+    if ev and "mlm_accuracy" in ev:
+        lines.append(f"  held-out MLM accuracy {ev['mlm_accuracy']:.3f} (always predicting the "
+                     f"most frequent token: {ev.get('majority_token_accuracy', float('nan')):.3f})"
+                     + (f", NSP accuracy {ev['nsp_accuracy']:.3f}" if "nsp_accuracy" in ev else ""))
+    for stage in plan.stages:
+        s = summaries.get(stage.id, {})
+        if stage.kind == "finetune" and "accuracy" in s:
+            lines.append(f"  {stage.id}: dev accuracy {s['accuracy']:.3f} (majority class: "
+                         f"{s.get('majority_baseline', float('nan')):.3f})")
+    return lines
+
+
+def run_plan(plan: Plan) -> int:
+    """Runs every stage of `plan` that is not already done. Returns an exit code."""
+    if uris.is_gcs(plan.output_root):
+        print("error: this version of runexp runs experiments with a local OUTPUT_ROOT only; "
+              "gs:// output roots can be planned (--dry_run) but not yet run\n"
+              "  hint: set OUTPUT_ROOT to a local directory", file=sys.stderr)
+        return EXIT_USER_ERROR
+    os.makedirs(plan.output_root, exist_ok=True)
+    # The truth next to the results: the exact plan and the values it was compiled from.
+    write_text_atomic(os.path.join(plan.output_root, "plan.json"), plan.to_json())
+    write_text_atomic(os.path.join(plan.output_root, "operative_config.gin"),
+                      plan.operative_config)
+    states = plan_states(plan)
+    _say(f"runexp: experiment {plan.experiment!r}, {len(plan.stages)} stages -> "
+         f"{plan.output_root}")
+    summaries: dict[str, dict] = {}
+    started = time.time()
+    for i, stage in enumerate(plan.stages, 1):
+        state = states[stage.id]
+        head = f"[{i}/{len(plan.stages)}] {SYMBOLS[state.action]} {stage.id}"
+        if state.action == REUSE:
+            summaries[stage.id] = _read_summary(stage)
+            _say(f"{head}: reused ({state.reason})")
+            continue
+        verb = {CREATE: "creating", REBUILD: "rebuilding", RESUME: "resuming"}[state.action]
+        _say(f"{head}: {verb} ({state.reason})")
+        t0 = time.time()
+        try:
+            summary = run_stage(plan, stage, state)
+        except UserError as e:
+            print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        except KeyboardInterrupt:
+            print(f"\ninterrupted in stage {stage.id}: finished stages are kept; run the same "
+                  "command again to continue", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except Exception:  # a bug or an environment failure, not the user's input
+            traceback.print_exc()
+            print(f"\nstage {stage.id} failed (see above). Finished stages are kept; the "
+                  "failed stage is redone by the next run.", file=sys.stderr)
+            return EXIT_STAGE_FAILED
+        summaries[stage.id] = summary
+        _say(f"    done in {time.time() - t0:.1f} s: {_headline(stage, summary)}")
+    for line in _results(plan, summaries):
+        _say(line)
+    _say(f"Finished in {time.time() - started:.1f} s.")
+    return EXIT_OK
