@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="runexp", description="Compile a BERT experiment written in gin into a "
+    p = _Parser(prog="runexp", allow_abbrev=False, description="Compile a BERT experiment written in gin into a "
                 "plan, review it, and run it.",
                 epilog="Exit codes: 0 ok, 1 user error, 2 dry run with work pending, "
                        "3 stage failed, 130 interrupted.")

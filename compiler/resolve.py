@@ -171,8 +171,10 @@ class Resolver:
         """Replaces %MACRO references (also inside lists and dicts), recording each step."""
         if isinstance(value, MacroRef):
             if value.name == REQUIRED_MACRO:
+                macro = steps[-1].what if steps and steps[-1].what.isupper() else ""
+                what = f"{macro} (used by {label})" if macro else label
                 self.collector.error(
-                    f"{label} is required but not set", location,
+                    f"{what} is required but not set", location,
                     hint=f"%gin.REQUIRED here: set it in your experiment file or with "
                          f"--gin_param (this line says where it is required)")
                 return _FAILED, location

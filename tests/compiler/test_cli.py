@@ -1,0 +1,79 @@
+"""The runexp command: dry runs, exit codes, search paths, and the no-TensorFlow rule."""
+
+import json
+import os
+import subprocess
+import sys
+
+from runexp.compiler.cli import main
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_dry_run_imports_neither_tensorflow_nor_seqio(tmp_path):
+    code = ("import sys\nfrom runexp.compiler.cli import main\n"
+            "rc = main(['--gin_file=quickstart.gin', '--dry_run'])\n"
+            "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('tensorflow', 'seqio', 'jax', 'keras'))\n"
+            "print('HEAVY', heavy, 'RC', rc)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, check=True).stdout
+    assert "HEAVY [] RC 2" in out
+    assert "Plan: 7 to create." in out
+
+
+def test_dry_run_works_from_any_directory_and_prints_the_plan(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["--gin_file=quickstart.gin", "--dry_run", "--gin_param=TRAIN_STEPS=300"])
+    out = capsys.readouterr().out
+    assert rc == 2  # work pending
+    assert "+ corpus  (corpus)  will be created" in out
+    assert "train_steps = 300   # --gin_param[1]:1" in out
+    assert "This was a dry run: nothing was executed or written." in out
+    assert not os.path.exists(tmp_path / "runexp_output")
+
+
+def test_json_plan_format(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["--gin_file=quickstart.gin", "--dry_run", "--plan_format=json",
+                 f"--plan_out={tmp_path}/plan.json"]) == 2
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["actions"]["corpus"]["action"] == "create"
+    saved = json.loads((tmp_path / "plan.json").read_text())
+    assert [s["id"] for s in saved["stages"]] == [s["id"] for s in printed["stages"]]
+
+
+def test_user_error_exits_1_without_traceback(tmp_path):
+    bad = tmp_path / "bad.gin"
+    bad.write_text("include 'quickstart.gin'\ntrain.stepz = 3\n")
+    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={bad}",
+                           "--dry_run"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "bad.gin:2: error: 'train' has no parameter 'stepz'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_bad_flag_is_a_user_error(capsys):
+    try:
+        main(["--gin_fil=x.gin"])
+    except SystemExit as e:
+        assert e.code == 1
+    else:
+        raise AssertionError("expected SystemExit")
+
+
+def test_gin_search_path_finds_files_and_includes(tmp_path, capsys, monkeypatch):
+    configs = tmp_path / "configs"
+    configs.mkdir()
+    (configs / "mine.gin").write_text("include 'quickstart.gin'\nTRAIN_STEPS = 7\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--gin_file=mine.gin", f"--gin_search_path={configs}",
+                 "--explain=TRAIN_STEPS"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("TRAIN_STEPS = 7\n")
+    assert "mine.gin:2" in out and "overrides 1200 @ gin/quickstart.gin:" in out
+
+
+def test_explain_unknown_name_suggests(capsys):
+    assert main(["--gin_file=quickstart.gin", "--explain=TRAIN_STEP"]) == 1
+    assert "did you mean 'TRAIN_STEPS'" in capsys.readouterr().out
