@@ -1,0 +1,122 @@
+"""The whole pipeline through the `runexp` command, on the quickstart at a small scale.
+
+These train real models for a minute or two: the slowest tests of the suite.
+"""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+# The quickstart, scaled down: same stages, same code paths, fewer steps.
+SMALL = [
+    "VOCAB_SIZE=2000", "MAX_SEQ_LENGTH=64", "MAX_PREDICTIONS_PER_SEQ=10", "DUPE_FACTOR=1",
+    "TRAIN_STEPS=40", "WARMUP_STEPS=4", "CHECKPOINT_EVERY=20", "train.log_every=10",
+    "evaluate.max_examples=256", "FINETUNE_STEPS=20", "finetune.warmup_steps=2",
+    "vocab.max_sentences=20000",
+]
+STAGES = ["corpus", "vocab", "preprocess.pretrain", "pretrain", "evaluate",
+          "finetune.stdlib_package", "export"]
+
+
+def runexp(root, *params, timeout=900):
+    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
+            f"--gin_param=OUTPUT_ROOT='{root}'"]
+    args += [f"--gin_param={p}" for p in list(SMALL) + list(params)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("quickstart"))
+    proc = runexp(root)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return root, proc
+
+
+@pytest.mark.slow
+def test_every_stage_completes_and_reports_metrics(finished):
+    root, proc = finished
+    for stage in STAGES:
+        assert os.path.isfile(os.path.join(root, stage, "COMPLETED")), stage
+        manifest = json.load(open(os.path.join(root, stage, "MANIFEST.json")))
+        assert manifest["stage"] == stage and len(manifest["fingerprint"]) == 64
+    metrics = json.load(open(os.path.join(root, "evaluate", "metrics.json")))
+    assert 0.0 <= metrics["majority_token_accuracy"] < 1.0
+    assert 0.0 <= metrics["mlm_accuracy"] <= 1.0
+    ft = json.load(open(os.path.join(root, "finetune.stdlib_package", "metrics.json")))
+    assert ft["num_labels"] >= 2
+    assert os.path.isdir(os.path.join(root, "export", "saved_model"))
+    assert os.path.isfile(os.path.join(root, "plan.json"))
+    assert "held-out MLM accuracy" in proc.stdout
+    assert "dev accuracy" in proc.stdout
+
+
+@pytest.mark.slow
+def test_second_run_reuses_every_stage(finished):
+    root, _ = finished
+    start = time.time()
+    proc = runexp(root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count(": reused (") == len(STAGES)
+    assert time.time() - start < 60
+    dry = subprocess.run(
+        [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin", "--dry_run",
+         f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL],
+        capture_output=True, text=True)
+    assert dry.returncode == 0, dry.stdout[-2000:]
+    assert f"Plan: {len(STAGES)} to reuse." in dry.stdout
+
+
+@pytest.mark.slow
+def test_changing_finetune_steps_rebuilds_only_finetune_and_export(finished):
+    root, _ = finished
+    proc = subprocess.run(
+        [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin", "--dry_run",
+         f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL]
+        + ["--gin_param=FINETUNE_STEPS=25"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "~ finetune.stdlib_package  (finetune)  will be rebuilt" in proc.stdout
+    assert "~ train_steps: 20 -> 25" in proc.stdout
+    assert "~ export  (export)  will be rebuilt" in proc.stdout
+    assert "Plan: 2 to rebuild, 5 to reuse." in proc.stdout
+
+
+def _latest_step(root):
+    steps = [int(p.rsplit("-", 1)[1].split(".")[0])
+             for p in glob.glob(os.path.join(root, "pretrain", "checkpoints", "ckpt-*.index"))]
+    return max(steps) if steps else 0
+
+
+@pytest.mark.slow
+def test_kill_during_pretraining_then_rerun_resumes(finished):
+    root, _ = finished
+    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
+            f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL]
+    # More steps than before: the finished pretrain stage is continued, then killed.
+    long_run = subprocess.Popen(args + ["--gin_param=TRAIN_STEPS=100000",
+                                        "--gin_param=CHECKPOINT_EVERY=10"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while _latest_step(root) < 60 and time.time() < deadline and long_run.poll() is None:
+        time.sleep(0.5)
+    long_run.send_signal(signal.SIGKILL)
+    long_run.wait()
+    killed_at = _latest_step(root)
+    assert killed_at >= 60, "no checkpoint written after the first run's 40 steps"
+    assert not os.path.exists(os.path.join(root, "pretrain", "COMPLETED"))
+
+    target = killed_at + 10
+    proc = subprocess.run(args + [f"--gin_param=TRAIN_STEPS={target}",
+                                  "--gin_param=CHECKPOINT_EVERY=10"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "> pretrain: resuming" in proc.stdout
+    manifest = json.load(open(os.path.join(root, "pretrain", "MANIFEST.json")))
+    assert manifest["summary"]["step"] == target
+    assert _latest_step(root) == target
