@@ -49,6 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan_format", choices=("text", "json"), default="text",
                    help="how --dry_run prints the plan")
     p.add_argument("--plan_out", metavar="FILE", help="also save the plan as JSON to FILE")
+    p.add_argument("--plan_file", metavar="FILE",
+                   help="run (or with --dry_run, show) exactly this saved plan; refused if any "
+                        "input or gin file changed since it was saved")
     return p
 
 
@@ -79,6 +82,36 @@ def _explain(compiled, names: Sequence[str]) -> tuple[str, bool]:
     return "\n".join(out), ok
 
 
+def _load_saved_plan(path: str):
+    """Reads a --plan_out file and checks that compiling its sources again gives the same plan."""
+    from runexp.compiler.errors import Location, Problem, UserError
+    from runexp.compiler.plan import Plan
+    from runexp.compiler.planner import compile_experiment
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            plan = Plan.from_json(f.read())
+    except OSError as e:
+        raise UserError(Problem(f"cannot read the plan file: {e.strerror}", Location(path)))
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(Problem(f"not a runexp plan: {e}", Location(path),
+                                hint="save one with --dry_run --plan_out=FILE"))
+    try:
+        again = compile_experiment(plan.gin_files, plan.gin_params, plan.gin_search_paths).plan
+    except UserError as e:
+        raise UserError([Problem("the saved plan no longer compiles from its gin files:",
+                                 Location(path))] + e.problems)
+    before = {s.id: s.fingerprint for s in plan.stages}
+    now = {s.id: s.fingerprint for s in again.stages}
+    changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+    if changed:
+        raise UserError(Problem(
+            "the world changed since this plan was saved: stage(s) " + ", ".join(changed)
+            + " would now be built from different inputs or settings", Location(path),
+            hint="review a fresh plan (--dry_run --plan_out=FILE) and run that one"))
+    return plan
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     from runexp.compiler.errors import UserError
@@ -87,12 +120,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from runexp.compiler.state import REUSE, plan_states
 
     try:
-        compiled = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path)
+        if args.plan_file:
+            if args.gin_file or args.gin_param or args.explain:
+                raise UserError("--plan_file runs a saved plan as it is: it takes no --gin_file, "
+                                "--gin_param or --explain")
+            compiled = None
+            plan = _load_saved_plan(args.plan_file)
+        else:
+            compiled = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path)
+            plan = compiled.plan
     except UserError as e:
         print(e.render(), file=sys.stderr)
         return EXIT_USER_ERROR
-    plan = compiled.plan
-    if args.explain:
+    if args.explain and compiled is not None:
         text, ok = _explain(compiled, args.explain)
         print(text)
         return EXIT_OK if ok else EXIT_USER_ERROR
@@ -107,10 +147,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     states = plan_states(plan)
     if args.dry_run:
         if args.plan_format == "json":
+            import dataclasses
             import json
+
+            from runexp.compiler.estimates import estimate
 
             d = plan.to_dict()
             d["actions"] = {k: {"action": s.action, "reason": s.reason} for k, s in states.items()}
+            est = estimate(plan)
+            d["estimates"] = dataclasses.asdict(est) if est else None
             print(json.dumps(d, indent=2, sort_keys=True))
         else:
             print(render_plan(plan, states, dry_run=True))

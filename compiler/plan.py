@@ -78,6 +78,7 @@ class Plan:
     warnings: tuple[str, ...] = ()
     gin_files: tuple[str, ...] = ()
     gin_params: tuple[str, ...] = ()
+    gin_search_paths: tuple[str, ...] = ()
     imports: tuple[str, ...] = ()
     operative_config: str = ""
     version: int = PLAN_FORMAT_VERSION
@@ -97,6 +98,7 @@ class Plan:
             "warnings": list(self.warnings),
             "gin_files": list(self.gin_files),
             "gin_params": list(self.gin_params),
+            "gin_search_paths": list(self.gin_search_paths),
             "imports": list(self.imports),
             "operative_config": self.operative_config,
             "stages": [s.to_dict() for s in self.stages],
@@ -119,6 +121,7 @@ class Plan:
             warnings=tuple(d.get("warnings", ())),
             gin_files=tuple(d.get("gin_files", ())),
             gin_params=tuple(d.get("gin_params", ())),
+            gin_search_paths=tuple(d.get("gin_search_paths", ())),
             imports=tuple(d.get("imports", ())),
             operative_config=d.get("operative_config", ""),
             version=d["version"],

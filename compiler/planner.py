@@ -15,6 +15,7 @@ from typing import Any, Optional, Sequence
 
 from runexp.compiler import uris
 from runexp.compiler.accelerators import ACCELERATORS
+from runexp.compiler.estimates import estimate
 from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
 from runexp.compiler.fingerprint import digest, files_digest, stage_fingerprint
 from runexp.compiler.loader import load
@@ -434,6 +435,18 @@ def operative_config(resolver: Resolver) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _check_estimates(plan: Plan, resolver: Resolver, collector: ErrorCollector) -> None:
+    est = estimate(plan)
+    if est is None or not plan.accelerator:
+        return
+    limit = plan.accelerator["memory_gb_per_replica"]
+    if limit and est.memory_gb_per_replica > limit:
+        collector.warn(f"pretraining needs about {est.memory_gb_per_replica:.1f} GB per replica; "
+                       f"{plan.accelerator['name']} has {limit:g} GB",
+                       resolver.provenance("train", "batch_size").location,
+                       hint="lower BATCH_SIZE or MAX_SEQ_LENGTH, or choose a larger accelerator")
+
+
 def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
                        search_paths: Sequence[str] = ()) -> Compiled:
     """Loads, resolves and plans an experiment.
@@ -447,6 +460,8 @@ def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
     resolver.check_names()
     planner = _Planner(resolver, collector, gin_files)
     plan = planner.plan()
+    if plan is not None and not collector.errors:
+        _check_estimates(plan, resolver, collector)
     collector.raise_if_any()
     if plan is None:  # every path that returns None reports an error; this is a bug if not
         raise UserError("internal error: the experiment could not be planned and no reason "
@@ -456,6 +471,7 @@ def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
         warnings=tuple(w.render() for w in collector.warnings),
         gin_files=tuple(config.files),
         gin_params=tuple(gin_params),
+        gin_search_paths=tuple(os.path.abspath(p) for p in search_paths),
         imports=tuple(f"{text}  # {loc}" for text, loc in config.imports),
         operative_config=operative_config(resolver),
     )

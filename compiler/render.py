@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from runexp.compiler.estimates import estimate
 from runexp.compiler.plan import Plan
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
 
@@ -68,6 +69,11 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 lines.append(f"    <- {name}: {_value(shown)}")
         lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
                      f"  (fingerprint {stage.fingerprint[:12]})")
+        lines.append("")
+    est = estimate(plan)
+    if est is not None:
+        lines.append("Estimates for pretrain (see compiler/estimates.py for how they are made):")
+        lines += [f"    {line}" for line in est.lines(plan.accelerator)]
         lines.append("")
     for w in plan.warnings:
         lines.append(w)

@@ -77,3 +77,16 @@ def test_gin_search_path_finds_files_and_includes(tmp_path, capsys, monkeypatch)
 def test_explain_unknown_name_suggests(capsys):
     assert main(["--gin_file=quickstart.gin", "--explain=TRAIN_STEP"]) == 1
     assert "did you mean 'TRAIN_STEPS'" in capsys.readouterr().out
+
+
+def test_saved_plan_runs_as_is_and_is_refused_after_an_input_changed(write, minimal, capsys):
+    saved = f"{write.dir}/plan.json"
+    assert main([f"--gin_file={minimal}", "--dry_run", f"--plan_out={saved}"]) == 2
+    assert main([f"--plan_file={saved}", "--dry_run"]) == 2
+    assert "Plan: 6 to create." in capsys.readouterr().out
+    with open(write.corpus, "a") as f:
+        f.write("\nA changed corpus.\n")
+    assert main([f"--plan_file={saved}", "--dry_run"]) == 1
+    err = capsys.readouterr().err
+    assert "plan.json: error: the world changed since this plan was saved: stage(s) " \
+           "evaluate, export, preprocess.pretrain, pretrain, vocab would now be built" in err

@@ -1,0 +1,157 @@
+"""What a pretraining run will cost, before it runs: parameters, FLOPs, tokens, epochs, time,
+money and memory, from the plan and the accelerator profile.
+
+How FLOPs are counted (per training step; a multiply-add is 2 FLOPs; backward = 2 x forward):
+  per token and layer: 8 h^2 (Q, K, V, output projections) + 4 h i (feed-forward)
+                       + 4 s h (attention scores and weighted sum)
+  per masked position: 2 h^2 + 2 h V (MLM transform and decoder)
+  train step = 3 x batch x (s x layers x per-token-layer + predictions x per-position)
+Wall time assumes the model-FLOPs utilisation in ASSUMED_MFU of the profile's peak; it is
+an estimate to compare runs and catch mistakes of 10x, not a promise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Optional
+
+from runexp.compiler import uris
+from runexp.compiler.model_sizes import parameter_count
+from runexp.compiler.plan import Plan
+
+ASSUMED_MFU = {"tpu": 0.35, "gpu": 0.30, "cpu": 0.25}
+# English text tokenised with a 30k WordPiece vocab: about this many bytes per token.
+BYTES_PER_TOKEN = 4.5
+# Instances are not all full: short_seq_prob and document ends leave padding.
+FILL_RATE = 0.85
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    parameters: int
+    tokens_per_step: int
+    train_flops_per_step: float
+    total_tokens: int
+    instances: Optional[int]
+    instances_source: str  # "preprocess stats" or "estimated from N bytes of text"
+    epochs: Optional[float]
+    hours: Optional[float]
+    usd: Optional[float]
+    usd_preemptible: Optional[float]
+    memory_gb_per_replica: float
+
+    def lines(self, accel: dict) -> list[str]:
+        out = [
+            f"parameters: {self.parameters / 1e6:.1f} M",
+            f"tokens per step: {self.tokens_per_step:,}; total: {self.total_tokens:,}",
+            f"training FLOPs per step: {self.train_flops_per_step:.3g}",
+        ]
+        if self.instances and self.epochs is not None:
+            out.append(f"instances: {self.instances:,} ({self.instances_source}); "
+                       f"epochs over them: {self.epochs:.2f}")
+        if self.hours is not None:
+            money = ""
+            if self.usd:
+                money = (f"; about ${self.usd:,.0f} on demand, ${self.usd_preemptible:,.0f} "
+                         f"preemptible")
+            out.append(f"wall time on {accel['name']}: about {_duration(self.hours)} at "
+                       f"{ASSUMED_MFU[accel['type']]:.0%} of peak{money}")
+        out.append(f"memory per replica: about {self.memory_gb_per_replica:.1f} GB "
+                   f"(of {accel.get('memory_gb_per_replica', 0):g} GB)")
+        return out
+
+
+def _duration(hours: float) -> str:
+    if hours < 1 / 60:
+        return f"{hours * 3600:.0f} s"
+    if hours < 1:
+        return f"{hours * 60:.0f} min"
+    if hours < 48:
+        return f"{hours:.1f} h"
+    return f"{hours / 24:.1f} days"
+
+
+def train_flops_per_example(model: dict, seq: int, predictions: int) -> float:
+    h, i, v = model["hidden_size"], model["intermediate_size"], model["vocab_size"]
+    per_token_layer = 8 * h * h + 4 * h * i + 4 * seq * h
+    per_prediction = 2 * h * h + 2 * h * v
+    forward = seq * model["num_hidden_layers"] * per_token_layer + predictions * per_prediction
+    return 3.0 * forward
+
+
+def memory_gb(model: dict, per_replica_batch: int, seq: int) -> float:
+    """Weights, gradients and two Adam slots in float32, plus activations kept for backward."""
+    params = parameter_count(model)
+    state = params * 16
+    h, heads, layers = model["hidden_size"], model["num_attention_heads"], model["num_hidden_layers"]
+    activations = layers * per_replica_batch * seq * (34 * h + 5 * heads * seq) * 2  # float32
+    return (state + activations) / 1e9
+
+
+def _corpus_bytes(patterns: list[str]) -> Optional[int]:
+    total = 0
+    for pattern in patterns:
+        if uris.is_gcs(pattern):
+            return None
+        for path in uris.expand_local(pattern):
+            total += os.path.getsize(path)
+    return total
+
+
+def _instances(plan: Plan) -> tuple[Optional[int], str]:
+    pre = next((s for s in plan.stages if s.kind == "preprocess"), None)
+    if pre is None:
+        return None, ""
+    stats = os.path.join(pre.output_dir, "MANIFEST.json")
+    if os.path.isfile(stats):
+        import json
+
+        try:
+            with open(stats, encoding="utf-8") as f:
+                summary = json.load(f).get("summary", {})
+            n = summary.get("train", {}).get("instances")
+            if n:
+                return int(n), "preprocess stats"
+        except (OSError, ValueError, AttributeError):
+            pass
+    corpus = next((s for s in plan.stages if s.kind == "corpus"), None)
+    size = _corpus_bytes(pre.inputs["train_files"])
+    if not size and corpus is not None:
+        size = corpus.params["min_bytes"]
+    if not size:
+        return None, ""
+    per_pass = size / BYTES_PER_TOKEN / (pre.params["max_seq_length"] * FILL_RATE)
+    return int(per_pass * pre.params["dupe_factor"]), f"estimated from {size / 1e6:.1f} MB of text"
+
+
+def estimate(plan: Plan) -> Optional[Estimate]:
+    """Estimates the pretrain stage of `plan`; None when the plan has none."""
+    pre = next((s for s in plan.stages if s.kind == "pretrain"), None)
+    if pre is None:
+        return None
+    p, model, accel = pre.params, pre.params["model"], plan.accelerator
+    if model.get("vocab_size") is None:
+        return None  # an adopted vocab on gs:// is only counted at run time
+    seq, batch = p["max_seq_length"], p["batch_size"]
+    flops = train_flops_per_example(model, seq, p["max_predictions_per_seq"]) * batch
+    instances, source = _instances(plan)
+    hours = usd = usd_pre = None
+    if accel:
+        rate = accel["replicas"] * accel["peak_tflops_per_replica"] * 1e12 * ASSUMED_MFU[accel["type"]]
+        hours = flops * p["train_steps"] / rate / 3600
+        usd = hours * accel["usd_per_hour"] if accel["usd_per_hour"] else None
+        usd_pre = hours * accel["usd_per_hour_preemptible"] if accel["usd_per_hour"] else None
+    replicas = accel.get("replicas", 1) if accel else 1
+    return Estimate(
+        parameters=parameter_count(model),
+        tokens_per_step=batch * seq,
+        train_flops_per_step=flops,
+        total_tokens=batch * seq * p["train_steps"],
+        instances=instances,
+        instances_source=source,
+        epochs=(p["train_steps"] * batch / instances) if instances else None,
+        hours=hours, usd=usd, usd_preemptible=usd_pre,
+        memory_gb_per_replica=memory_gb(model, max(1, math.ceil(batch / replicas)), seq),
+    )
