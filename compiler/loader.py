@@ -69,6 +69,8 @@ class GinConfig:
         default_factory=dict)
     imports: list[tuple[str, Location]] = dataclasses.field(default_factory=list)
     files: list[str] = dataclasses.field(default_factory=list)
+    # The --gin_file arguments, resolved to absolute paths.
+    top_level: list[str] = dataclasses.field(default_factory=list)
     # Text of each file read, for the saved operative config.
     texts: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -153,6 +155,8 @@ class _Loader:
                                  hint="save the file as UTF-8")
             return
         display = self.display(path)
+        if included_from is None:
+            self.config.top_level.append(os.path.abspath(path))
         if real not in [os.path.realpath(f) for f in self.config.files]:
             self.config.files.append(path)
         self.config.texts[display] = text

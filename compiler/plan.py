@@ -76,7 +76,8 @@ class Plan:
     stages: tuple[Stage, ...]
     accelerator: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    gin_files: tuple[str, ...] = ()
+    gin_files: tuple[str, ...] = ()  # as given on the command line, made absolute
+    gin_files_read: tuple[str, ...] = ()  # every file read, includes too, in order
     gin_params: tuple[str, ...] = ()
     gin_search_paths: tuple[str, ...] = ()
     imports: tuple[str, ...] = ()
@@ -97,6 +98,7 @@ class Plan:
             "accelerator": dict(self.accelerator),
             "warnings": list(self.warnings),
             "gin_files": list(self.gin_files),
+            "gin_files_read": list(self.gin_files_read),
             "gin_params": list(self.gin_params),
             "gin_search_paths": list(self.gin_search_paths),
             "imports": list(self.imports),
@@ -120,6 +122,7 @@ class Plan:
             accelerator=d.get("accelerator", {}),
             warnings=tuple(d.get("warnings", ())),
             gin_files=tuple(d.get("gin_files", ())),
+            gin_files_read=tuple(d.get("gin_files_read", ())),
             gin_params=tuple(d.get("gin_params", ())),
             gin_search_paths=tuple(d.get("gin_search_paths", ())),
             imports=tuple(d.get("imports", ())),

@@ -37,7 +37,7 @@ def summary_line(states: dict[str, StageState]) -> str:
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 verbose: bool = True) -> str:
     lines = [f"runexp plan for experiment {plan.experiment!r}"]
-    lines.append(f"  gin files:   {', '.join(os.path.relpath(f) if not f.startswith('..') else f for f in plan.gin_files)}")
+    lines.append(f"  gin files:   {', '.join(os.path.relpath(f) if not f.startswith('..') else f for f in plan.gin_files_read)}")
     if plan.gin_params:
         lines.append(f"  gin params:  {' '.join(plan.gin_params)}")
     lines.append(f"  output root: {plan.output_root}")
