@@ -28,6 +28,17 @@ def _short_path(path: str, root: str) -> str:
     return path
 
 
+def _display(path: str) -> str:
+    """runexp's own gin files as gin/...; files under the current directory relative to it."""
+    parts = path.replace(os.sep, "/").split("/")
+    for i in range(len(parts) - 1, 0, -1):
+        if parts[i] in ("gin", "configs") and os.path.isfile(
+                os.path.join("/".join(parts[:i + 1]), "quickstart.gin")):
+            return "gin/" + "/".join(parts[i + 1:])
+    rel = os.path.relpath(path)
+    return path if rel.startswith("..") else rel
+
+
 def summary_line(states: dict[str, StageState]) -> str:
     counts = {a: sum(1 for s in states.values() if s.action == a) for a in ORDER}
     parts = [f"{counts[a]} to {LEGEND[a]}" for a in ORDER if counts[a]]
@@ -37,7 +48,7 @@ def summary_line(states: dict[str, StageState]) -> str:
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 verbose: bool = True) -> str:
     lines = [f"runexp plan for experiment {plan.experiment!r}"]
-    lines.append(f"  gin files:   {', '.join(os.path.relpath(f) if not f.startswith('..') else f for f in plan.gin_files_read)}")
+    lines.append(f"  gin files:   {', '.join(_display(f) for f in plan.gin_files_read)}")
     if plan.gin_params:
         lines.append(f"  gin params:  {' '.join(plan.gin_params)}")
     lines.append(f"  output root: {plan.output_root}")

@@ -83,7 +83,7 @@ def test_saved_plan_runs_as_is_and_is_refused_after_an_input_changed(write, mini
     saved = f"{write.dir}/plan.json"
     assert main([f"--gin_file={minimal}", "--dry_run", f"--plan_out={saved}"]) == 2
     assert main([f"--plan_file={saved}", "--dry_run"]) == 2
-    assert "Plan: 6 to create." in capsys.readouterr().out
+    assert capsys.readouterr().out.count("Plan: 5 to create.") == 2
     with open(write.corpus, "a") as f:
         f.write("\nA changed corpus.\n")
     assert main([f"--plan_file={saved}", "--dry_run"]) == 1
