@@ -113,6 +113,16 @@ def _load_saved_plan(path: str):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `runexp ... --dry_run | head`: the reader left; not an error
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     from runexp.compiler.errors import UserError
     from runexp.compiler.planner import compile_experiment
