@@ -220,8 +220,26 @@ class _Planner:
             import sentencepiece  # light (no TensorFlow); gives the exact piece count
 
             return sentencepiece.SentencePieceProcessor(model_file=path).get_piece_size()
-        with open(path, "rb") as f:
-            return sum(1 for line in f if line.strip())
+        with open(path, encoding="utf-8", errors="replace") as f:
+            tokens = [line.strip() for line in f if line.strip()]
+        self.check_casing(tokens, location)
+        return len(tokens)
+
+    def check_casing(self, tokens: list[str], location: Optional[Location]) -> None:
+        """A vocab.txt with capitalised word pieces is cased; lower-casing then loses them."""
+        words = [t for t in tokens if not (t.startswith("[") and t.endswith("]"))]
+        upper = sum(1 for t in words if any(ch.isupper() for ch in t))
+        cased = upper > 0.01 * max(1, len(words))
+        lower = self.r.get("vocab", "do_lower_case")
+        where = self.loc("vocab", "do_lower_case")
+        if cased and lower:
+            self.c.error(f"DO_LOWER_CASE is True but the vocab is cased ({upper} of {len(words)} "
+                         "tokens have capitals): capitalised words would never match",
+                         where, hint="set DO_LOWER_CASE = False for a cased vocab")
+        elif lower is False and upper == 0:
+            self.c.warn("DO_LOWER_CASE is False but the vocab has no capitalised token: "
+                        "capitalised words will fall apart into pieces or [UNK]", where,
+                        hint="set DO_LOWER_CASE = True for an uncased vocab")
 
     def plan_preprocess(self, task: str, vocab: Stage) -> Stage:
         b = _StageBuilder(self.r)

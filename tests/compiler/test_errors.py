@@ -179,3 +179,17 @@ def test_bad_choice_lists_the_allowed_values(write, minimal):
     text = errors_of(write("e.gin", f"include '{minimal}'\nMODEL_SIZE = 'huge'\n"))
     assert "e.gin:2: error: model.size must be one of 'tiny', 'mini', 'small', 'medium', " \
            "'base', 'large'; got 'huge'" in text
+
+
+def test_lower_casing_with_a_cased_vocab_is_refused(write, minimal):
+    vocab = write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nThe\nthe\nParis\n##s\n")
+    text = errors_of(write("e.gin", f"include '{minimal}'\nVOCAB = '{vocab}'\n"))
+    assert "error: DO_LOWER_CASE is True but the vocab is cased (2 of 4 tokens have capitals)" in text
+    assert "set DO_LOWER_CASE = False for a cased vocab" in text
+
+
+def test_adopted_vocab_size_is_counted(write, minimal):
+    vocab = write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\nparis\n##s\n")
+    plan = compile_experiment([write("e.gin", f"include '{minimal}'\nVOCAB = '{vocab}'\n")]).plan
+    assert plan.stage("pretrain").params["model"]["vocab_size"] == 8
+    assert plan.stage("vocab").provenance["vocab_size"] == "counted in vocab.txt"
