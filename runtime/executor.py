@@ -17,7 +17,11 @@ import sys
 import time
 import traceback
 
-from runexp.compiler import uris
+# TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) drowns the progress lines; a user
+# who wants it sets TF_CPP_MIN_LOG_LEVEL themselves. Must be set before TensorFlow loads.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from runexp.compiler import uris  # noqa: E402
 from runexp.compiler.errors import UserError
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.compiler.render import SYMBOLS
