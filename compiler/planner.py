@@ -273,6 +273,8 @@ class _Planner:
         loc_t = self.loc("bert_pretraining_task", "train_files", task)
         loc_v = self.loc("bert_pretraining_task", "validation_files", task)
         train_uris, f1, d1 = self.files(train, f"{task}.train_files", loc_t)
+        if b.params["num_shards"] == 0:
+            b.set("num_shards", *self.auto_shards(train_uris))
         held_uris, f2, d2 = self.files(held, f"{task}.validation_files", loc_v)
         if train and held and sorted(train_uris) == sorted(held_uris):
             self.c.warn("the held-out files are the training files: evaluation will measure "
@@ -283,6 +285,20 @@ class _Planner:
         fps = {"train": f1, "validation": f2, "vocab": vocab.fingerprint}
         return self.add(f"preprocess.{task}", "preprocess", b, inputs, fps,
                         sorted(set(d1 + d2 + [vocab.id])))
+
+    def auto_shards(self, train_uris: list) -> tuple[int, str]:
+        """Shards bound each worker's memory and set the parallelism: one per 16 MB, at
+        least 4. Decided here, not from the machine's cores, so output is the same anywhere."""
+        size = 0
+        for pattern in train_uris:
+            if uris.is_gcs(pattern):
+                return 64, "auto: 64 for gs:// corpora (size known at run time)"
+            if self.corpus_stage is not None and pattern.startswith(self.corpus_stage.output_dir):
+                size += self.corpus_stage.params["min_bytes"] or 0
+            else:
+                size += sum(os.path.getsize(p) for p in uris.expand_local(pattern))
+        shards = max(4, -(-size // (16 << 20)))
+        return shards, f"auto: {size / 1e6:.1f} MB of text, one shard per 16 MB, at least 4"
 
     def model_config(self, b: _StageBuilder, vocab: Stage) -> Optional[dict]:
         size = self.r.get("model", "size")

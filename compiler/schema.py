@@ -92,7 +92,7 @@ CONFIGURABLES: dict[str, Configurable] = {
         "whole_word_masking": Param("bool", False, doc="mask whole words"),
         "pair_objective": Param("str", "nsp", choices=("nsp",), doc="sentence-pair objective"),
         "random_seed": Param("int", 12345, doc="seed of instance creation and masking"),
-        "num_shards": _pos("output shards per split (0: one per 8 MB of text, at least 2)", 0,
+        "num_shards": _pos("output shards per split (0: one per 16 MB of text, at least 4)", 0,
                            minimum=0),
         "num_workers": _pos("worker processes (0: one per core)", 0, minimum=0),
     }),

@@ -1,0 +1,96 @@
+"""The preprocess stage: BERT pretraining records in seqio's cache layout.
+
+See docs/STAGES.md ("preprocess") and tasks/pretraining_shards.py. Shards are built in
+parallel worker processes (spawn context: no TensorFlow in them, nothing inherited); each
+worker writes its own TFRecord file, and this process writes info.*.json and stats.*.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import time
+
+from runexp.compiler.errors import UserError
+from runexp.runtime.context import StageContext
+from runexp.tasks import records
+from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob, ShardStats,
+                                             write_shard)
+from runexp.tasks.text_files import expand_globs
+
+SPLITS = ("train", "validation")
+
+
+def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int) -> list[ShardJob]:
+    jobs = []
+    for split in SPLITS:
+        patterns = ctx.inputs.get(f"{split}_files") or []
+        if not patterns:
+            continue
+        files = tuple(expand_globs(patterns))
+        for shard in range(num_shards):
+            jobs.append(ShardJob(files, ctx.inputs["vocab_dir"], config, split, shard, num_shards,
+                                 records.shard_path(ctx.work_dir, split, shard, num_shards)))
+    return jobs
+
+
+def _check_vocab_casing(ctx: StageContext) -> None:
+    from runexp.tasks.tokenizer import load_tokenizer
+    tokenizer = load_tokenizer(ctx.inputs["vocab_dir"])
+    wanted = ctx.params.get("do_lower_case")
+    if wanted is not None and bool(wanted) != tokenizer.do_lower_case:
+        raise UserError(
+            f"preprocess do_lower_case={wanted} but the vocab in {ctx.inputs['vocab_dir']} "
+            f"was built with do_lower_case={tokenizer.do_lower_case}\n"
+            "  hint: set DO_LOWER_CASE to match the vocab")
+
+
+def run(ctx: StageContext) -> dict:
+    p = ctx.params
+    config = PretrainingConfig.from_params(p)
+    num_shards = int(p.get("num_shards") or 1)
+    workers = int(p.get("num_workers") or 0) or os.cpu_count() or 1
+    _check_vocab_casing(ctx)
+    jobs = _jobs(ctx, config, num_shards)
+    workers = max(1, min(workers, len(jobs)))
+    ctx.progress(f"building {len(jobs)} shard(s) of {', '.join(sorted({j.split for j in jobs}))}"
+                 f" with {workers} worker process(es)")
+    start = time.monotonic()
+    totals = {split: ShardStats() for split in SPLITS}
+    done = 0
+
+    def collect(result):
+        nonlocal done
+        split, shard, stats = result
+        totals[split].add(stats)
+        done += 1
+        ctx.progress(f"[{done}/{len(jobs)}] {split} shard {shard}: {stats.instances:,} "
+                     f"instances from {stats.documents:,} documents "
+                     f"({time.monotonic() - start:.1f}s)")
+
+    if workers == 1:
+        for job in jobs:
+            collect(write_shard(job))
+    else:
+        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+            for result in pool.imap_unordered(write_shard, jobs):
+                collect(result)
+
+    summary: dict = {}
+    for split in SPLITS:
+        if not any(j.split == split for j in jobs):
+            continue
+        s = totals[split]
+        records.write_info(ctx.work_dir, split, num_shards, config.max_seq_length,
+                           config.max_predictions_per_seq)
+        records.write_stats(ctx.work_dir, split, {
+            "examples": s.instances, "input_ids_tokens": s.tokens,
+            "masked_lm_ids_tokens": s.masked, **dataclasses.asdict(s)})
+        summary[split] = {"documents": s.documents, "instances": s.instances,
+                          "tokens": s.tokens, "masked": s.masked}
+    unk = sum(t.unk_tokens for t in totals.values())
+    tokens = sum(t.document_tokens for t in totals.values())
+    summary["unk_rate"] = unk / max(tokens, 1)
+    summary["seconds"] = round(time.monotonic() - start, 2)
+    return summary

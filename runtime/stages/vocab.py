@@ -1,0 +1,44 @@
+"""The vocab stage: train a SentencePiece vocab or adopt a given one, and report on it.
+
+See docs/STAGES.md ("vocab"). Writes vocab.txt, spm.model (SentencePiece only), report.json.
+"""
+
+from __future__ import annotations
+
+import os
+
+from runexp.runtime.context import StageContext
+from runexp.tasks import spm_vocab
+from runexp.tasks.text_files import expand_globs, sample_lines
+
+_DIAGNOSTIC_LINES = 20_000
+
+
+def run(ctx: StageContext) -> dict:
+    p = ctx.params
+    train_files = expand_globs(ctx.inputs["train_files"])
+    heldout_patterns = ctx.inputs.get("heldout_files") or []
+    if p.get("vocab_path"):
+        ctx.progress(f"adopting {p['vocab_path']}")
+        vocab_type = spm_vocab.adopt_vocab(p["vocab_path"], ctx.work_dir)
+    else:
+        ctx.progress(f"training a {p['model_type']} SentencePiece vocab of {p['vocab_size']} "
+                     f"on up to {p['max_sentences']:,} lines of {len(train_files)} file(s)")
+        spm_vocab.train_sentencepiece(
+            train_files, ctx.work_dir, vocab_size=p["vocab_size"],
+            do_lower_case=p["do_lower_case"], model_type=p["model_type"],
+            max_sentences=p["max_sentences"], seed=p["seed"],
+            num_threads=min(os.cpu_count() or 1, 8))
+        vocab_type = "sentencepiece"
+    # Held-out text when there is some; else a train sample (then the UNK rate is optimistic).
+    diag_files = expand_globs(heldout_patterns) if heldout_patterns else train_files
+    lines = sample_lines(diag_files, _DIAGNOSTIC_LINES, p["seed"] + 1)
+    report = spm_vocab.write_report(ctx.work_dir, vocab_type, p["do_lower_case"], lines)
+    if "warning" in report:
+        ctx.progress("WARNING: " + report["warning"])
+    summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}
+    summary["type"] = vocab_type
+    summary["diagnostics_on"] = "heldout" if heldout_patterns else "train sample"
+    if "warning" in report:
+        summary["warning"] = report["warning"]
+    return summary

@@ -1,0 +1,161 @@
+"""Pretraining records in google-research/bert's format and seqio's cache layout.
+
+Features (BERT's run_pretraining.py reads exactly these):
+  input_ids, input_mask, segment_ids     int64 [max_seq_length]
+  masked_lm_positions, masked_lm_ids     int64 [max_predictions_per_seq]
+  masked_lm_weights                      float [max_predictions_per_seq]
+  next_sentence_labels                   int64 [1]
+
+Cache layout (what seqio 0.0.20's ``_CachedDataSource`` reads from a task's cache dir):
+  <split>.tfrecord-<i:05d>-of-<n:05d>   TFRecord files
+  info.<split>.json                     {"num_shards", "features": {name: {"shape", "dtype"}},
+                                         "seqio_version"}
+  stats.<split>.json                    {"examples", "<feature>_tokens", ...}
+
+Integer features are declared "int32" in info.json (seqio's convention: stored as int64, cast
+back on reading) and shapes are fixed, so seqio parses them with ``FixedLenFeature``.
+
+TFRecord framing (length, masked CRC-32C of the length, data, masked CRC-32C of the data) is
+written here too, so workers need no TensorFlow. Light module.
+
+Usage:
+    with TFRecordWriter(shard_path(out_dir, "train", 0, 4)) as w:
+        w.write(encode_instance_features(features))
+    write_info(out_dir, "train", num_shards=4, max_seq_length=128, max_predictions_per_seq=20)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from typing import Mapping, Sequence
+
+from runexp.tasks.example_proto import encode_example
+
+SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was checked against
+FLOAT_FEATURES = frozenset({"masked_lm_weights"})
+
+
+def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict[str, tuple]:
+    """name -> (shape, dtype name as stored in the tf.train.Example)."""
+    return {
+        "input_ids": ([max_seq_length], "int64"),
+        "input_mask": ([max_seq_length], "int64"),
+        "segment_ids": ([max_seq_length], "int64"),
+        "masked_lm_positions": ([max_predictions_per_seq], "int64"),
+        "masked_lm_ids": ([max_predictions_per_seq], "int64"),
+        "masked_lm_weights": ([max_predictions_per_seq], "float32"),
+        "next_sentence_labels": ([1], "int64"),
+    }
+
+
+def encode_instance_features(features: Mapping[str, Sequence]) -> bytes:
+    """Serialised tf.train.Example of one instance's padded features."""
+    return encode_example(features, FLOAT_FEATURES)
+
+
+def _crc32c_function():
+    try:
+        import google_crc32c  # C extension; installed with google-cloud-storage
+        return lambda data: google_crc32c.value(data)
+    except ImportError:
+        return _crc32c_python
+
+
+def _make_table() -> list[int]:
+    table = []
+    for i in range(256):
+        crc = i
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_TABLE = _make_table()
+
+
+def _crc32c_python(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+_crc32c = _crc32c_function()
+
+
+def _masked_crc(data: bytes) -> int:
+    crc = _crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+class TFRecordWriter:
+    """Writes a TFRecord file; the file appears under its name only when closed cleanly."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._tmp = path + ".tmp"
+        self._f = open(self._tmp, "wb")
+
+    def write(self, record: bytes) -> None:
+        header = struct.pack("<Q", len(record))
+        self._f.write(header + struct.pack("<I", _masked_crc(header)) + record
+                      + struct.pack("<I", _masked_crc(record)))
+
+    def close(self) -> None:
+        self._f.close()
+        os.replace(self._tmp, self.path)
+
+    def __enter__(self) -> "TFRecordWriter":
+        return self
+
+    def __exit__(self, exc_type, *_) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._f.close()
+            os.remove(self._tmp)
+
+
+def shard_path(out_dir: str, split: str, index: int, num_shards: int) -> str:
+    """seqio's cached shard name: ``<split>.tfrecord-00000-of-00004``."""
+    return os.path.join(out_dir, f"{split}.tfrecord-{index:05d}-of-{num_shards:05d}")
+
+
+def info_path(out_dir: str, split: str) -> str:
+    return os.path.join(out_dir, f"info.{split}.json")
+
+
+def stats_path(out_dir: str, split: str) -> str:
+    return os.path.join(out_dir, f"stats.{split}.json")
+
+
+def seqio_dtype(stored: str) -> str:
+    """The dtype a seqio task declares: int64 features are int32 in seqio's convention."""
+    return "int32" if stored == "int64" else stored
+
+
+def write_info(out_dir: str, split: str, num_shards: int, max_seq_length: int,
+               max_predictions_per_seq: int) -> None:
+    """Writes ``info.<split>.json`` as seqio's cache writer does (fixed shapes)."""
+    features = {name: {"shape": shape, "dtype": seqio_dtype(dtype)} for name, (shape, dtype)
+                in feature_spec(max_seq_length, max_predictions_per_seq).items()}
+    info = {"num_shards": num_shards, "features": features,
+            "seqio_version": SEQIO_VERSION_WRITTEN}
+    _write_json(info_path(out_dir, split), info)
+
+
+def write_stats(out_dir: str, split: str, stats: Mapping[str, int | float]) -> None:
+    """Writes ``stats.<split>.json``; seqio requires the ``examples`` count."""
+    if "examples" not in stats:
+        raise ValueError("stats need an 'examples' count")
+    _write_json(stats_path(out_dir, split), dict(stats))
+
+
+def _write_json(path: str, obj) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+    os.replace(tmp, path)

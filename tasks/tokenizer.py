@@ -1,0 +1,135 @@
+"""The one tokenizer interface of runexp, over a vocab stage's directory.
+
+A vocab directory holds ``report.json`` (``type``: "sentencepiece" or "wordpiece",
+``do_lower_case``), ``vocab.txt`` and, for SentencePiece, ``spm.model``. ``load_tokenizer``
+picks the implementation; both expose the same methods and special ids.
+
+Usage:
+    tok = load_tokenizer(vocab_dir)
+    ids = tok.encode("Return the value.")
+    tok.cls_id, tok.sep_id, tok.mask_id, tok.is_word_start(ids[1])
+
+Light: no TensorFlow (SentencePiece's own Python module only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab
+
+REPORT_FILE = "report.json"
+VOCAB_FILE = "vocab.txt"
+SPM_FILE = "spm.model"
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in runexp vocabs
+SPM_WORD_START = "\u2581"  # "▁"
+
+
+class Tokenizer:
+    """Text to ids, special ids, and the word-start test whole-word masking needs."""
+
+    do_lower_case: bool
+    vocab_size: int
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+    def tokenize(self, text: str) -> list[str]:
+        raise NotImplementedError
+
+    def encode(self, text: str) -> list[int]:
+        raise NotImplementedError
+
+    def id_to_token(self, i: int) -> str:
+        raise NotImplementedError
+
+    def token_to_id(self, token: str) -> int:
+        raise NotImplementedError
+
+    def is_word_start(self, token_id: int) -> bool:
+        raise NotImplementedError
+
+    def word_start_table(self) -> list[bool]:
+        """``is_word_start`` for every id, for vectorised whole-word masking."""
+        return [self.is_word_start(i) for i in range(self.vocab_size)]
+
+    def _set_special_ids(self) -> None:
+        ids = {}
+        for token in SPECIAL_TOKENS:
+            i = self.token_to_id(token)
+            if i is None or self.id_to_token(i) != token:
+                raise ValueError(f"the vocab has no {token} token")
+            ids[token] = i
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            ids[t] for t in SPECIAL_TOKENS)
+
+
+class WordPieceVocab(Tokenizer):
+    """A BERT ``vocab.txt`` with BERT's FullTokenizer rules."""
+
+    def __init__(self, vocab_path: str, do_lower_case: bool):
+        self.vocab = load_vocab(vocab_path)
+        self._inverse = {i: t for t, i in self.vocab.items()}
+        self.vocab_size = max(self._inverse) + 1
+        self.do_lower_case = do_lower_case
+        self._tokenizer = WordPieceTokenizer(self.vocab, do_lower_case)
+        self._set_special_ids()
+
+    def tokenize(self, text: str) -> list[str]:
+        return self._tokenizer.tokenize(text)
+
+    def encode(self, text: str) -> list[int]:
+        vocab = self.vocab
+        return [vocab[t] for t in self._tokenizer.tokenize(text)]
+
+    def id_to_token(self, i: int) -> str:
+        return self._inverse[i]
+
+    def token_to_id(self, token: str) -> int:
+        return self.vocab.get(token)
+
+    def is_word_start(self, token_id: int) -> bool:
+        return not self._inverse.get(token_id, "").startswith("##")
+
+
+class SentencePieceVocab(Tokenizer):
+    """A SentencePiece model; text is lower-cased first when ``do_lower_case``."""
+
+    def __init__(self, model_path: str, do_lower_case: bool):
+        import sentencepiece as spm  # the C++ extension; no TensorFlow
+        self.processor = spm.SentencePieceProcessor(model_file=model_path)
+        self.vocab_size = self.processor.get_piece_size()
+        self.do_lower_case = do_lower_case
+        self._pieces = [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
+        self._ids = {p: i for i, p in enumerate(self._pieces)}
+        self._set_special_ids()
+
+    def tokenize(self, text: str) -> list[str]:
+        return self.processor.encode(text.lower() if self.do_lower_case else text, out_type=str)
+
+    def encode(self, text: str) -> list[int]:
+        return self.processor.encode(text.lower() if self.do_lower_case else text)
+
+    def id_to_token(self, i: int) -> str:
+        return self._pieces[i]
+
+    def token_to_id(self, token: str) -> int:
+        return self._ids.get(token)
+
+    def is_word_start(self, token_id: int) -> bool:
+        return self._pieces[token_id].startswith(SPM_WORD_START)
+
+
+def load_tokenizer(vocab_dir: str) -> Tokenizer:
+    """The tokenizer of a vocab stage's directory (see module docstring)."""
+    with open(os.path.join(vocab_dir, REPORT_FILE), encoding="utf-8") as f:
+        report = json.load(f)
+    do_lower_case = bool(report["do_lower_case"])
+    if report["type"] == "sentencepiece":
+        return SentencePieceVocab(os.path.join(vocab_dir, SPM_FILE), do_lower_case)
+    if report["type"] == "wordpiece":
+        return WordPieceVocab(os.path.join(vocab_dir, VOCAB_FILE), do_lower_case)
+    raise ValueError(f"{vocab_dir}/{REPORT_FILE}: unknown vocab type {report['type']!r}")
