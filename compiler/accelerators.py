@@ -39,7 +39,7 @@ ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in [
                 usd_per_hour=11.06, usd_per_hour_preemptible=3.72),
     Accelerator("tpu_v2_8", "tpu", 8, memory_gb_per_replica=8, peak_tflops_per_replica=22.5,
                 usd_per_hour=4.50, usd_per_hour_preemptible=1.35),
-    Accelerator("tpu_v3_8", "tpu", 8, memory_gb_per_replica=16, peak_tflops_per_replica=61.5,
+    Accelerator("tpu_v3_8", "tpu", 8, memory_gb_per_replica=16, peak_tflops_per_replica=52.5,
                 usd_per_hour=8.00, usd_per_hour_preemptible=2.40),
     Accelerator("tpu_v4_8", "tpu", 4, memory_gb_per_replica=32, peak_tflops_per_replica=275,
                 usd_per_hour=12.88, usd_per_hour_preemptible=3.86),

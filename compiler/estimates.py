@@ -21,7 +21,7 @@ from runexp.compiler import uris
 from runexp.compiler.model_sizes import parameter_count
 from runexp.compiler.plan import Plan
 
-ASSUMED_MFU = {"tpu": 0.35, "gpu": 0.30, "cpu": 0.25}
+ASSUMED_MFU = {"tpu": 0.20, "gpu": 0.30, "cpu": 0.25}
 # English text tokenised with a 30k WordPiece vocab: about this many bytes per token.
 BYTES_PER_TOKEN = 4.5
 # Instances are not all full: short_seq_prob and document ends leave padding.

@@ -24,6 +24,9 @@ PLAN_FORMAT_VERSION = 1
 MANIFEST_FILE = "MANIFEST.json"
 COMPLETED_FILE = "COMPLETED"
 
+# Provenance of a value that only the run can know (e.g. the size of a vocab on gs://).
+RUN_TIME = "known at run time"
+
 
 @dataclasses.dataclass(frozen=True)
 class Stage:

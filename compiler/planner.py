@@ -20,7 +20,7 @@ from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_
 from runexp.compiler.fingerprint import digest, files_digest, stage_fingerprint
 from runexp.compiler.loader import load
 from runexp.compiler.model_sizes import bert_config
-from runexp.compiler.plan import Plan, Stage
+from runexp.compiler.plan import RUN_TIME, Plan, Stage
 from runexp.compiler.resolve import Resolver
 
 # Pretrain params that may change while a run is continued from its checkpoints.
@@ -203,7 +203,8 @@ class _Planner:
             b.params["vocab_path"] = uris.absolute(path)
             vocab_size = self.adopted_vocab_size(b.params["vocab_path"],
                                                  self.loc("vocab", "path"))
-            b.set("vocab_size", vocab_size, f"counted in {os.path.basename(path)}")
+            b.set("vocab_size", vocab_size, RUN_TIME if vocab_size is None and uris.is_gcs(path)
+                  else f"counted in {os.path.basename(path)}")
             fps = {"vocab": files_digest([b.params["vocab_path"]])
                    if os.path.isfile(b.params["vocab_path"]) else "checked at run time"}
         return self.add("vocab", "vocab", b, inputs, fps, deps)

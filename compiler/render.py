@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from runexp.compiler.estimates import estimate
-from runexp.compiler.plan import Plan
+from runexp.compiler.plan import RUN_TIME, Plan
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
 
 SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "="}
@@ -72,6 +72,9 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
         if verbose and st.action != REUSE:
             for name in sorted(stage.params):
                 where = stage.provenance.get(name, "")
+                if stage.params[name] is None and where == RUN_TIME:
+                    lines.append(f"    {name} = ({RUN_TIME})")
+                    continue
                 lines.append(f"    {name} = {_value(stage.params[name])}"
                              + (f"   # {where}" if where else ""))
             for name, value in sorted(stage.inputs.items()):

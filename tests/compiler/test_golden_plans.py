@@ -1,0 +1,36 @@
+"""Golden plan texts for the reference experiments: a reviewer reads plan changes in a diff.
+
+Regenerate after an intended change with:
+    RUNEXP_UPDATE_GOLDEN=1 .venv/bin/pytest tests/compiler/test_golden_plans.py
+"""
+
+import glob
+import os
+
+import pytest
+
+from runexp.compiler.planner import compile_experiment
+from runexp.compiler.render import render_plan
+from runexp.compiler.state import plan_states
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EXPERIMENTS = sorted(glob.glob(os.path.join(REPO, "gin", "experiments", "*.gin")))
+
+
+def test_there_are_reference_experiments():
+    assert len(EXPERIMENTS) >= 2
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=os.path.basename)
+def test_reference_experiment_plan_matches_golden(path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    plan = compile_experiment([os.path.relpath(path, REPO)]).plan
+    text = render_plan(plan, plan_states(plan), dry_run=True) + "\n"
+    golden = os.path.join(HERE, "golden", os.path.basename(path)[:-4] + ".txt")
+    if os.environ.get("RUNEXP_UPDATE_GOLDEN") == "1":
+        with open(golden, "w", encoding="utf-8") as f:
+            f.write(text)
+    with open(golden, encoding="utf-8") as f:
+        expected = f.read()
+    assert text == expected, f"plan of {path} changed; if intended, regenerate (see docstring)"
