@@ -1,0 +1,150 @@
+"""Shared fixtures: a real GCS JSON API server on loopback, and a fault proxy in front of it.
+
+- ``gcs_emulator`` (session): starts gcp-storage-emulator (the ``test`` extra) in a
+  subprocess on a free 127.0.0.1 port, in memory, with one bucket; sets
+  ``STORAGE_EMULATOR_HOST`` for the session (restored afterwards); yields
+  ``(endpoint, bucket_name)``.
+- ``gcs_prefix``: a fresh ``gs://bucket/...`` prefix per test.
+- ``fault_proxy``: a FaultProxy (tests/storage/fault_proxy.py) in front of the emulator,
+  with ``STORAGE_EMULATOR_HOST`` pointed at it for the test.
+- ``fast_retries``: a retry policy with millisecond backoff (6 tries, 30 s deadline) and
+  zeroed retry counters, restored afterwards.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+
+import pytest
+
+EMULATOR_BUCKET = "runexp-test"
+
+# The emulator runs in a child process that exits on its own once pytest is gone (even after
+# a SIGKILL), so an interrupted run never leaves a server behind.
+_EMULATOR_MAIN = """
+import os, sys, time
+from gcp_storage_emulator.server import create_server
+parent = os.getppid()
+server = create_server("127.0.0.1", int(sys.argv[1]), in_memory=True,
+                       default_bucket=sys.argv[2])
+server.start()
+try:
+    while os.getppid() == parent:
+        time.sleep(0.5)
+finally:
+    server.stop()
+"""
+
+
+def _load_fault_proxy():
+    name = "runexp_tests_fault_proxy"
+    if name not in sys.modules:
+        path = os.path.join(os.path.dirname(__file__), "storage", "fault_proxy.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(endpoint: str) -> bool:
+    try:
+        with urllib.request.urlopen(endpoint + "/", timeout=1) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def _start_emulator(log_path: str, attempts: int = 3):
+    """Start the emulator on a free port; retry if the port was taken in the meantime."""
+    last = ""
+    for _ in range(attempts):
+        port = _free_port()
+        endpoint = f"http://127.0.0.1:{port}"
+        log = open(log_path, "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _EMULATOR_MAIN, str(port), EMULATOR_BUCKET],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if _answers(endpoint):
+                return proc, endpoint
+            time.sleep(0.05)
+        _stop(proc)
+        with open(log_path, "rb") as f:
+            last = f.read()[-2000:].decode("utf-8", "replace")
+    raise RuntimeError(f"gcp-storage-emulator did not start; log tail:\n{last}")
+
+
+def _stop(proc) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory):
+    """(endpoint, bucket_name) of a GCS JSON API server on loopback, for the whole session."""
+    pytest.importorskip("gcp_storage_emulator",
+                        reason="needs the test extra: pip install -e '.[test]'")
+    log_path = str(tmp_path_factory.mktemp("gcs-emulator") / "emulator.log")
+    proc, endpoint = _start_emulator(log_path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("STORAGE_EMULATOR_HOST", endpoint)
+        try:
+            yield endpoint, EMULATOR_BUCKET
+        finally:
+            _stop(proc)
+
+
+@pytest.fixture
+def gcs_prefix(gcs_emulator, request):
+    """A fresh gs:// prefix (no trailing slash) that no other test uses."""
+    _, bucket = gcs_emulator
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", request.node.name)[:60]
+    return f"gs://{bucket}/tests/{name}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def fault_proxy(gcs_emulator, monkeypatch):
+    """A FaultProxy in front of the emulator; the storage client talks to it for this test."""
+    proxy = _load_fault_proxy().FaultProxy(gcs_emulator[0], socket_timeout=15)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+@pytest.fixture
+def fast_retries():
+    """Millisecond backoff so fault tests are quick; counters zeroed; old policy restored."""
+    from runexp.runtime import storage
+
+    policy = storage.RetryPolicy(max_tries=6, initial_delay=0.01, max_delay=0.2,
+                                 deadline=30.0, timeout=10.0)
+    previous = storage.set_retry_policy(policy)
+    storage.reset_retry_stats()
+    try:
+        yield policy
+    finally:
+        storage.set_retry_policy(previous)

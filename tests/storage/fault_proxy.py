@@ -1,0 +1,241 @@
+"""A fault-injecting HTTP proxy for tests, in front of a GCS JSON API server on loopback.
+
+Stdlib only. Point ``STORAGE_EMULATOR_HOST`` at ``proxy.endpoint`` and queue faults:
+
+    proxy.fail(503, times=3, match="upload")     # answer 503 to the next 3 uploads
+    proxy.reset(times=1, match="download", after_bytes=1000)  # RST mid-body
+    proxy.cut_upload(after_bytes=4096)           # read 4 KiB of the request body, then RST
+    proxy.corrupt(match="download", strip_hash=True)  # flip a body byte (and drop x-goog-hash)
+    proxy.rewrite(fn, match=...)                 # fn(status, headers, body) -> same, upstream's
+                                                 # answer altered after upstream acted on it
+    proxy.hook(fn)                               # before forwarding: fn(method, path) ->
+                                                 # (status, body) to answer, or None to go on
+
+Each request takes the first queued fault whose ``match`` fits it ("any", "upload",
+"download", or a regex searched in "METHOD /path?query"), after letting ``skip`` matching
+requests through untouched; a fault is used ``times`` times, then dropped.
+Every request is logged in ``proxy.log`` as (method, path, outcome). The proxy serves one
+request per connection (HTTP/1.0, like the emulator), with socket timeouts, in daemon threads;
+``stop()`` shuts it down (the fixture does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import http.server
+import re
+import socket
+import struct
+import threading
+from urllib.parse import urlparse
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
+               "proxy-connection", "content-length"}
+
+
+@dataclasses.dataclass
+class Fault:
+    kind: str  # "status", "reset", "cut_upload", "rewrite", "hook"
+    times: int
+    match: str = "any"
+    skip: int = 0
+    status: int = 503
+    after_bytes: int = 0
+    fn: object = None
+
+    def fits(self, method: str, target: str) -> bool:
+        if self.match == "any":
+            return True
+        if self.match == "upload":
+            return target.startswith("/upload/")
+        if self.match == "download":
+            return target.startswith("/download/") or "alt=media" in target
+        return re.search(self.match, f"{method} {target}") is not None
+
+
+class FaultProxy:
+    def __init__(self, upstream: str, socket_timeout: float = 30.0):
+        url = urlparse(upstream)
+        self.upstream = (url.hostname, url.port)
+        self.socket_timeout = socket_timeout
+        self.log: list[tuple[str, str, str]] = []
+        self.injected = 0
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(_Handler):
+            owner = proxy
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+
+    # -- queueing faults ----------------------------------------------------------------------
+
+    def fail(self, status: int, times: int = 1, match: str = "any", skip: int = 0) -> None:
+        """Answer ``status`` (nothing reaches upstream)."""
+        self._add(Fault("status", times, match, skip, status=status))
+
+    def reset(self, times: int = 1, match: str = "any", after_bytes: int = 0,
+              skip: int = 0) -> None:
+        """Forward, then reset the connection after relaying ``after_bytes`` of the body."""
+        self._add(Fault("reset", times, match, skip, after_bytes=after_bytes))
+
+    def cut_upload(self, after_bytes: int, times: int = 1, match: str = "upload",
+                   skip: int = 0) -> None:
+        """Read ``after_bytes`` of the request body, then reset; nothing reaches upstream."""
+        self._add(Fault("cut_upload", times, match, skip, after_bytes=after_bytes))
+
+    def rewrite(self, fn, times: int = 1, match: str = "any", skip: int = 0) -> None:
+        """Forward, then answer ``fn(status, headers, body)`` instead of upstream's reply."""
+        self._add(Fault("rewrite", times, match, skip, fn=fn))
+
+    def corrupt(self, times: int = 1, match: str = "download", strip_hash: bool = False,
+                skip: int = 0) -> None:
+        """Flip one byte in the middle of the response body; optionally drop x-goog-hash."""
+        def flip(status, headers, body):
+            if body:
+                i = len(body) // 2
+                body = body[:i] + bytes([body[i] ^ 0xFF]) + body[i + 1:]
+            if strip_hash:
+                headers = [(k, v) for k, v in headers if k.lower() != "x-goog-hash"]
+            return status, headers, body
+        self.rewrite(flip, times, match, skip)
+
+    def hook(self, fn, times: int = 1, match: str = "any", skip: int = 0) -> None:
+        self._add(Fault("hook", times, match, skip, fn=fn))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(f.times for f in self._faults)
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def _add(self, fault: Fault) -> None:
+        with self._lock:
+            self._faults.append(fault)
+
+    def _take(self, method: str, target: str) -> Fault | None:
+        with self._lock:
+            for fault in self._faults:
+                if fault.fits(method, target):
+                    if fault.skip > 0:
+                        fault.skip -= 1
+                        return None
+                    fault.times -= 1
+                    if fault.times <= 0:
+                        self._faults.remove(fault)
+                    self.injected += 1
+                    return fault
+        return None
+
+    def _record(self, method: str, target: str, outcome: str) -> None:
+        with self._lock:
+            self.log.append((method, target, outcome))
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # clients that hung up (timeouts, the faults themselves) are expected here
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    owner: FaultProxy
+    protocol_version = "HTTP/1.0"
+
+    def setup(self):
+        super().setup()
+        self.connection.settimeout(self.owner.socket_timeout)
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def do_GET(self):
+        self._handle()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
+
+    def _handle(self):
+        owner, method, target = self.owner, self.command, self.path
+        fault = owner._take(method, target)
+        length = int(self.headers.get("Content-Length") or 0)
+
+        if fault and fault.kind == "cut_upload":
+            self.rfile.read(min(length, fault.after_bytes))
+            owner._record(method, target, f"cut after {fault.after_bytes} bytes")
+            return self._reset_now()
+        body = self.rfile.read(length) if length else b""
+        if fault and fault.kind == "status":
+            owner._record(method, target, str(fault.status))
+            return self._reply(fault.status, b'{"error": {"code": %d, "message": "injected"}}'
+                               % fault.status, {"Content-Type": "application/json"})
+        if fault and fault.kind == "hook":
+            answer = fault.fn(method, target)
+            if answer is not None:
+                owner._record(method, target, f"hook {answer[0]}")
+                return self._reply(answer[0], answer[1], {"Content-Type": "application/json"})
+
+        status, headers, payload = self._forward(method, target, body)
+        if fault and fault.kind == "rewrite":
+            upstream_status = status
+            status, headers, payload = fault.fn(status, headers, payload)
+            owner._record(method, target, f"{upstream_status} rewritten to {status}")
+        elif fault and fault.kind == "reset":
+            self._start_reply(status, headers, len(payload))
+            self.wfile.write(payload[:fault.after_bytes])
+            owner._record(method, target, f"reset after {fault.after_bytes} bytes")
+            return self._reset_now()
+        else:
+            owner._record(method, target, str(status))
+        self._start_reply(status, headers, len(payload))
+        self.wfile.write(payload)
+
+    def _forward(self, method, target, body):
+        conn = http.client.HTTPConnection(*self.owner.upstream, timeout=self.owner.socket_timeout)
+        try:
+            headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+            headers["Content-Length"] = str(len(body))
+            conn.request(method, target, body=body, headers=headers)
+            response = conn.getresponse()
+            payload = response.read()
+            out = [(k, v) for k, v in response.getheaders() if k.lower() not in _HOP_BY_HOP]
+            return response.status, out, payload
+        finally:
+            conn.close()
+
+    def _reply(self, status, payload, headers):
+        self._start_reply(status, list(headers.items()), len(payload))
+        self.wfile.write(payload)
+
+    def _start_reply(self, status, headers, length):
+        self.send_response_only(status)
+        for k, v in headers:
+            if k.lower() not in ("server", "date"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(length))
+        self.send_header("Connection", "close")
+        self.end_headers()
+
+    def _reset_now(self):
+        """Close with RST (SO_LINGER 0), as a dropped connection looks to the client."""
+        self.close_connection = True
+        try:
+            self.wfile.flush()
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                       struct.pack("ii", 1, 0))
+            self.connection.close()
+        except OSError:
+            pass
