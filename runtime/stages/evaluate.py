@@ -1,0 +1,87 @@
+"""evaluate stage: held-out MLM / NSP metrics of a pretrain checkpoint, with a baseline.
+
+Contract (docs/STAGES.md): params ``model``, ``batch_size``, ``max_seq_length``,
+``max_predictions_per_seq``, ``max_examples``; inputs ``data_dir`` (the ``validation``
+split is read), ``checkpoint_dir``. Writes ``metrics.json``: ``mlm_accuracy``, ``mlm_loss``,
+``nsp_accuracy``, ``examples``, ``majority_token_accuracy``, ``step``.
+
+The baseline always predicts the most frequent masked target token of the train split: a
+model that beats it has learned something from context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
+from runexp.runtime.model import BertConfig, BertPretrainer
+from runexp.runtime.trainer import evaluate_totals, pretraining_metrics
+
+METRICS_FILE = "metrics.json"
+# Enough train targets to know the most frequent token; reading more changes nothing.
+_BASELINE_MAX_EXAMPLES = 200_000
+
+
+def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
+                        max_predictions_per_seq: int, max_examples: int | None) -> np.ndarray:
+    """Counts of each masked target id (weight > 0) in a split; index = token id."""
+    spec = pretraining_data.feature_spec(max_seq_length, max_predictions_per_seq)
+    spec = {k: spec[k] for k in ("masked_lm_ids", "masked_lm_weights")}
+    ds = tf.data.TFRecordDataset(pretraining_data.split_files(data_dir, split))
+    if max_examples is not None:
+        ds = ds.take(max_examples)
+    ds = ds.batch(1024).map(lambda s: tf.io.parse_example(s, spec))
+    counts = np.zeros([0], np.int64)
+    for batch in ds.as_numpy_iterator():
+        ids = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]
+        c = np.bincount(ids)
+        if len(c) > len(counts):
+            counts = np.pad(counts, (0, len(c) - len(counts)))
+        counts[:len(c)] += c
+    return counts
+
+
+def run(ctx) -> dict:
+    p, inputs = ctx.params, ctx.inputs
+    strategy_lib.configure_threads()
+    config = BertConfig.from_dict(p["model"])
+    seq, preds = int(p["max_seq_length"]), int(p["max_predictions_per_seq"])
+    max_examples = p.get("max_examples")
+    strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
+    with strategy.scope():
+        model = BertPretrainer(config)
+    step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
+
+    dataset = pretraining_data.pretraining_dataset(
+        inputs["data_dir"], "validation", batch_size=int(p["batch_size"]), max_seq_length=seq,
+        max_predictions_per_seq=preds, training=False, max_examples=max_examples)
+    totals = evaluate_totals(strategy, model, dataset)
+    metrics = pretraining_metrics(totals)
+
+    train_counts = masked_token_counts(inputs["data_dir"], "train", seq, preds,
+                                       _BASELINE_MAX_EXAMPLES)
+    majority = int(np.argmax(train_counts)) if train_counts.size else 0
+    heldout_counts = masked_token_counts(inputs["data_dir"], "validation", seq, preds,
+                                         max_examples)
+    heldout_total = int(heldout_counts.sum())
+    hits = int(heldout_counts[majority]) if majority < heldout_counts.size else 0
+    result = {
+        "mlm_accuracy": metrics["mlm_accuracy"],
+        "mlm_loss": metrics["mlm_loss"],
+        "nsp_accuracy": metrics["nsp_accuracy"],
+        "examples": int(totals.get("examples", 0)),
+        "majority_token_accuracy": hits / heldout_total if heldout_total else 0.0,
+        "majority_token_id": majority,
+        "step": step,
+    }
+    with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
+        json.dump(result, f, indent=2, sort_keys=True)
+        f.write("\n")
+    ctx.progress(f"step {step}: mlm_accuracy {result['mlm_accuracy']:.4f} (majority token "
+                 f"{result['majority_token_accuracy']:.4f}), nsp_accuracy "
+                 f"{result['nsp_accuracy']:.4f} on {result['examples']} examples")
+    return result

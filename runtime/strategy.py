@@ -1,0 +1,75 @@
+"""The tf.distribute strategy for a plan's accelerator dict.
+
+- ``{"type": "cpu"}``: TF's default strategy (one device, no distribution overhead);
+  ``{"type": "cpu", "replicas": n}``: MirroredStrategy over n logical CPUs (tests the
+  multi-replica path; must be asked before TensorFlow runs anything).
+- ``{"type": "gpu", "devices": [...]?}``: MirroredStrategy over the local GPUs (or the
+  devices named).
+- ``{"type": "tpu", "name": "<tpu name or grpc://address>", "zone"?, "project"?}``:
+  TPUClusterResolver -> connect -> initialise the TPU system -> TPUStrategy.
+
+Usage:
+    configure_threads()              # once, before TF runs its first op
+    strategy = make_strategy(ctx.plan.accelerator or ctx.params.get("accelerator"))
+    with strategy.scope(): model = ...
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import tensorflow as tf
+
+
+def configure_threads(intra_op: int | None = None, inter_op: int | None = None) -> bool:
+    """Sets TF's thread pools: intra-op = cores, inter-op = 2 by default.
+
+    Must run before TensorFlow executes anything; returns False (and changes nothing) when
+    the runtime is already initialised, e.g. an earlier stage ran in this process.
+    """
+    cores = os.cpu_count() or 1
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(intra_op or cores)
+        tf.config.threading.set_inter_op_parallelism_threads(inter_op or min(2, cores))
+        return True
+    except RuntimeError:
+        return False
+
+
+def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strategy:
+    """Returns the strategy the accelerator dict asks for (see the module docstring)."""
+    accelerator = dict(accelerator or {})
+    kind = str(accelerator.get("type", "cpu")).lower()
+    if kind == "cpu":
+        replicas = int(accelerator.get("replicas", 1))
+        if replicas > 1:
+            # Logical CPUs split before TF starts: runs the multi-replica code path (per-
+            # replica batches, gradient all-reduce) on a machine without accelerators.
+            cpus = tf.config.list_physical_devices("CPU")
+            tf.config.set_logical_device_configuration(
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * replicas)
+            return tf.distribute.MirroredStrategy(
+                [f"/cpu:{i}" for i in range(replicas)])
+        return tf.distribute.get_strategy()
+    if kind == "gpu":
+        gpus = tf.config.list_logical_devices("GPU")
+        if not gpus:
+            raise RuntimeError(
+                f"accelerator {accelerator.get('name', 'gpu')!r} asks for GPUs but TensorFlow "
+                "sees none (tf.config.list_logical_devices('GPU') is empty)")
+        devices = accelerator.get("devices") or [d.name for d in gpus]
+        return tf.distribute.MirroredStrategy(devices=list(devices))
+    if kind == "tpu":
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=accelerator.get("tpu") or accelerator.get("name") or "",
+            zone=accelerator.get("zone"), project=accelerator.get("project"))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return tf.distribute.TPUStrategy(resolver)
+    raise ValueError(f"accelerator type must be one of 'cpu', 'gpu', 'tpu'; got {kind!r}")
+
+
+def accelerator_of(ctx) -> Mapping[str, Any]:
+    """The accelerator dict for a stage: its own ``accelerator`` param, else the plan's."""
+    return ctx.params.get("accelerator") or dict(ctx.plan.accelerator or {})
