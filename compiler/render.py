@@ -11,6 +11,7 @@ from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
 
 SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "="}
 LEGEND = {CREATE: "create", REBUILD: "rebuild", RESUME: "resume", REUSE: "reuse"}
+PARTICIPLES = {CREATE: "created", REBUILD: "rebuilt", RESUME: "resumed", REUSE: "reused"}
 ORDER = (CREATE, REBUILD, RESUME, REUSE)
 
 
@@ -65,7 +66,7 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
     for stage in plan.stages:
         st = states[stage.id]
         lines.append(f"{SYMBOLS[st.action]} {stage.id}  ({stage.kind})  will be "
-                     f"{'reused' if st.action == REUSE else LEGEND[st.action] + 'd'}")
+                     f"{PARTICIPLES[st.action]}")
         lines.append(f"    why: {st.reason}")
         for name, old, new in st.changes:
             lines.append(f"    ~ {name}: {_value(old)} -> {_value(new)}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import Any, Optional
 
 from runexp.compiler import uris
@@ -53,8 +54,15 @@ def _changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any
     return out
 
 
-def has_checkpoints(stage_dir: str) -> bool:
-    return os.path.isfile(os.path.join(stage_dir, "checkpoints", "checkpoint"))
+def latest_checkpoint_step(stage_dir: str) -> Optional[int]:
+    """Step of the latest checkpoint, from TensorFlow's small `checkpoint` state file."""
+    try:
+        with open(os.path.join(stage_dir, "checkpoints", "checkpoint"), encoding="utf-8") as f:
+            first = f.readline()
+    except OSError:
+        return None
+    match = re.search(r'model_checkpoint_path:\s*"[^"]*?(\d+)"', first)
+    return int(match.group(1)) if match else None
 
 
 def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
@@ -69,8 +77,14 @@ def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
                     if upstream.get(dep) and upstream[dep].action != REUSE]
     if completed and manifest and manifest.get("fingerprint") == stage.fingerprint:
         return StageState(REUSE, "finished earlier with the same inputs and parameters")
-    if stage.kind in TRAINING_KINDS and stage.resume_key and has_checkpoints(d):
+    latest = latest_checkpoint_step(d) if stage.kind in TRAINING_KINDS else None
+    if stage.resume_key and latest is not None:
         record = manifest if completed else started
+        steps = stage.params.get("train_steps")
+        if record and record.get("resume_key") == stage.resume_key and steps is not None \
+                and steps < latest:
+            return StageState(REBUILD, f"train_steps ({steps}) is below the step of the "
+                                       f"existing checkpoints ({latest}): training starts over")
         if record and record.get("resume_key") == stage.resume_key:
             if completed:
                 changes = _changes(manifest.get("params", {}), dict(stage.params))

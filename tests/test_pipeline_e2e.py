@@ -120,3 +120,9 @@ def test_kill_during_pretraining_then_rerun_resumes(finished):
     manifest = json.load(open(os.path.join(root, "pretrain", "MANIFEST.json")))
     assert manifest["summary"]["step"] == target
     assert _latest_step(root) == target
+
+    # Asking for fewer steps than the checkpoints hold cannot continue them: it starts over.
+    dry = subprocess.run(args + ["--gin_param=TRAIN_STEPS=20", "--dry_run"],
+                         capture_output=True, text=True)
+    assert "~ pretrain  (pretrain)  will be rebuilt" in dry.stdout
+    assert f"train_steps (20) is below the step of the existing checkpoints ({target})" in dry.stdout
