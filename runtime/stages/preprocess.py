@@ -7,6 +7,7 @@ worker writes its own TFRecord file, and this process writes info.*.json and sta
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import time
@@ -16,7 +17,7 @@ from runexp.runtime.context import StageContext
 from runexp.tasks import records
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob, ShardStats,
                                              write_shard)
-from runexp.tasks.text_files import InputIssues, expand_globs
+from runexp.tasks.text_files import expand_globs
 
 SPLITS = ("train", "validation")
 
@@ -77,7 +78,6 @@ def run(ctx: StageContext) -> dict:
                 collect(result)
 
     summary: dict = {}
-    issues = InputIssues()
     for split in SPLITS:
         if not any(j.split == split for j in jobs):
             continue
@@ -86,17 +86,11 @@ def run(ctx: StageContext) -> dict:
                            config.max_predictions_per_seq)
         records.write_stats(ctx.work_dir, split, {
             "examples": s.instances, "input_ids_tokens": s.tokens,
-            "masked_lm_ids_tokens": s.masked, **s.counts(),
-            "bad_input": s.issues.summary()})
+            "masked_lm_ids_tokens": s.masked, **dataclasses.asdict(s)})
         summary[split] = {"documents": s.documents, "instances": s.instances,
                           "tokens": s.tokens, "masked": s.masked}
-        issues.add(s.issues)
     unk = sum(t.unk_tokens for t in totals.values())
     tokens = sum(t.document_tokens for t in totals.values())
     summary["unk_rate"] = unk / max(tokens, 1)
-    # Bad input is counted, never fatal and never silent: in the summary and on the console.
-    summary["bad_input"] = issues.summary()
-    for line in issues.describe():
-        ctx.progress("WARNING: skipped or repaired bad input: " + line)
     summary["seconds"] = round(time.monotonic() - start, 2)
     return summary
