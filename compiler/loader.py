@@ -18,7 +18,7 @@ from typing import Any, Optional, Sequence
 
 from gin import config_parser
 
-from runexp.compiler.errors import ErrorCollector, Location, Problem, UserError
+from runexp.compiler.errors import ErrorCollector, Location
 
 
 @dataclasses.dataclass(frozen=True)

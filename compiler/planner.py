@@ -17,7 +17,7 @@ from runexp.compiler import uris
 from runexp.compiler.accelerators import ACCELERATORS
 from runexp.compiler.estimates import estimate
 from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
-from runexp.compiler.fingerprint import digest, files_digest, stage_fingerprint
+from runexp.compiler.fingerprint import files_digest, stage_fingerprint
 from runexp.compiler.loader import load
 from runexp.compiler.model_sizes import bert_config
 from runexp.compiler.plan import RUN_TIME, Plan, Stage
@@ -292,10 +292,10 @@ class _Planner:
         least 4. Decided here, not from the machine's cores, so output is the same anywhere."""
         size = 0
         for pattern in train_uris:
-            if uris.is_gcs(pattern):
-                return 64, "auto: 64 for gs:// corpora (size known at run time)"
             if self.corpus_stage is not None and pattern.startswith(self.corpus_stage.output_dir):
                 size += self.corpus_stage.params["min_bytes"] or 0
+            elif uris.is_gcs(pattern):
+                return 64, "auto: 64 for gs:// corpora (size known at run time)"
             else:
                 size += sum(os.path.getsize(p) for p in uris.expand_local(pattern))
         shards = max(4, -(-size // (16 << 20)))

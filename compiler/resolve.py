@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any, Optional
 
 from runexp.compiler.errors import ErrorCollector, Location, did_you_mean
-from runexp.compiler.loader import REQUIRED_MACRO, Assignment, ConfigurableRef, GinConfig, MacroRef
+from runexp.compiler.loader import REQUIRED_MACRO, ConfigurableRef, GinConfig, MacroRef
 from runexp.compiler.schema import CONFIGURABLES, REQUIRED, Param
 
 
@@ -175,8 +175,8 @@ class Resolver:
                 what = f"{macro} (used by {label})" if macro else label
                 self.collector.error(
                     f"{what} is required but not set", location,
-                    hint=f"%gin.REQUIRED here: set it in your experiment file or with "
-                         f"--gin_param (this line says where it is required)")
+                    hint="%gin.REQUIRED here: set it in your experiment file or with "
+                         "--gin_param (this line says where it is required)")
                 return _FAILED, location
             self.used_macros.add(value.name)
             if value.name in seen:

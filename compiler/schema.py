@@ -10,7 +10,7 @@ task.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 REQUIRED = object()  # default meaning "must be bound"
 

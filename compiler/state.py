@@ -35,12 +35,40 @@ class StageState:
     changes: tuple = ()  # (param, old, new) for rebuilds
 
 
-def _read_json(path: str) -> Optional[dict]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
+class _Files:
+    """The few reads the state needs, on local disk or on gs:// (through the storage layer,
+    imported only for gs://: it has no TensorFlow; google-cloud-storage loads on first use)."""
+
+    def __init__(self, gcs: bool):
+        self.storage = None
+        if gcs:
+            from runexp.runtime import storage
+
+            self.storage = storage
+
+    def text(self, path: str) -> Optional[str]:
+        try:
+            if self.storage is not None:
+                return self.storage.read_text(path)
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, ValueError):
+            return None
+
+    def json(self, path: str) -> Optional[dict]:
+        text = self.text(path)
+        try:
+            return json.loads(text) if text is not None else None
+        except ValueError:
+            return None
+
+    def exists(self, path: str) -> bool:
+        return self.storage.exists(path) if self.storage is not None else os.path.exists(path)
+
+    def nonempty_dir(self, path: str) -> bool:
+        if self.storage is not None:
+            return bool(self.storage.list(path))
+        return os.path.isdir(path) and bool(os.listdir(path))
 
 
 def _changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any]]:
@@ -54,30 +82,26 @@ def _changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any
     return out
 
 
-def latest_checkpoint_step(stage_dir: str) -> Optional[int]:
+def latest_checkpoint_step(stage_dir: str, files: Optional[_Files] = None) -> Optional[int]:
     """Step of the latest checkpoint, from TensorFlow's small `checkpoint` state file."""
-    try:
-        with open(os.path.join(stage_dir, "checkpoints", "checkpoint"), encoding="utf-8") as f:
-            first = f.readline()
-    except OSError:
-        return None
-    match = re.search(r'model_checkpoint_path:\s*"[^"]*?(\d+)"', first)
+    files = files or _Files(uris.is_gcs(stage_dir))
+    text = files.text(uris.join(stage_dir, "checkpoints", "checkpoint"))
+    match = re.search(r'model_checkpoint_path:\s*"[^"]*?(\d+)"', text or "")
     return int(match.group(1)) if match else None
 
 
 def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
     """Classifies one stage; `upstream` holds the states of the stages before it."""
-    if uris.is_gcs(stage.output_dir):
-        return StageState(CREATE, "gs:// outputs are checked when the run starts")
     d = stage.output_dir
-    manifest = _read_json(os.path.join(d, MANIFEST_FILE))
-    completed = os.path.isfile(os.path.join(d, COMPLETED_FILE))
-    started = _read_json(os.path.join(d, STARTED_FILE))
+    files = _Files(uris.is_gcs(d))
+    manifest = files.json(uris.join(d, MANIFEST_FILE))
+    completed = files.exists(uris.join(d, COMPLETED_FILE))
+    started = files.json(uris.join(d, STARTED_FILE))
     changed_deps = [dep for dep in stage.deps
                     if upstream.get(dep) and upstream[dep].action != REUSE]
     if completed and manifest and manifest.get("fingerprint") == stage.fingerprint:
         return StageState(REUSE, "finished earlier with the same inputs and parameters")
-    latest = latest_checkpoint_step(d) if stage.kind in TRAINING_KINDS else None
+    latest = latest_checkpoint_step(d, files) if stage.kind in TRAINING_KINDS else None
     if stage.resume_key and latest is not None:
         record = manifest if completed else started
         steps = stage.params.get("train_steps")
@@ -101,14 +125,23 @@ def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
         else:
             reason = "inputs changed (file contents or format version)"
         return StageState(REBUILD, reason, tuple(changes))
-    if os.path.isdir(d) and os.listdir(d):
+    if files.nonempty_dir(d):
         return StageState(CREATE, "an earlier attempt did not finish; its partial output is "
                                   "replaced")
     return StageState(CREATE, "not built yet")
 
 
 def plan_states(plan: Plan) -> dict[str, StageState]:
+    """Every stage's action. A gs:// root that cannot be read (offline, no credentials) makes
+    every stage "create" with the reason, rather than failing the dry run."""
     states: dict[str, StageState] = {}
     for stage in plan.stages:
-        states[stage.id] = stage_state(stage, states)
+        try:
+            states[stage.id] = stage_state(stage, states)
+        except Exception as e:  # storage errors, missing credentials, no network
+            if not uris.is_gcs(stage.output_dir):
+                raise
+            first = str(e).split(". ")[0][:120]
+            reason = f"could not read the state on gs:// ({type(e).__name__}: {first})"
+            return {s.id: states.get(s.id) or StageState(CREATE, reason) for s in plan.stages}
     return states

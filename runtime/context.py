@@ -31,12 +31,15 @@ class StageContext:
       work_dir: local directory the handler writes its outputs into; it exists and is
         empty, except when a training stage resumes (then it holds the earlier run's files).
       progress: reports one progress line to the user.
+      sync: makes what is in work_dir durable where the experiment lives (uploads it for a
+        gs:// output root; nothing to do locally). Training calls it after each checkpoint.
     """
 
     stage: Stage
     plan: Plan
     work_dir: str
     progress: Callable[[str], None] = _print_progress
+    sync: Callable[[], None] = lambda: None
 
     @property
     def params(self):

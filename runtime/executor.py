@@ -37,21 +37,8 @@ def _say(message: str) -> None:
     print(message, flush=True)
 
 
-def write_json_atomic(path: str, obj) -> None:
-    """Writes JSON so that readers see the old file or the whole new one, never a part."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def write_text_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+def _json(obj) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True)
 
 
 def _prepare_dir(stage: Stage, state: StageState, root: str) -> None:
@@ -89,31 +76,59 @@ def _headline(stage: Stage, summary: dict) -> str:
     return ", ".join(parts)
 
 
-def run_stage(plan: Plan, stage: Stage, state: StageState) -> dict:
-    """Runs one stage to completion (COMPLETED written) and returns its summary."""
-    _prepare_dir(stage, state, plan.output_root)
-    write_json_atomic(os.path.join(stage.output_dir, STARTED_FILE), {
-        "fingerprint": stage.fingerprint, "resume_key": stage.resume_key,
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+def _started_record(stage: Stage) -> dict:
+    return {"fingerprint": stage.fingerprint, "resume_key": stage.resume_key,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _manifest(stage: Stage, summary: dict, seconds: float) -> dict:
+    return {"stage": stage.id, "kind": stage.kind, "fingerprint": stage.fingerprint,
+            "resume_key": stage.resume_key, "params": dict(stage.params),
+            "inputs": dict(stage.inputs), "summary": summary, "seconds": round(seconds, 2),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
+    """Runs one stage to completion (COMPLETED written) and returns its summary.
+
+    With a `mirror` (gs:// output root) the handler works on local copies and its outputs are
+    uploaded and verified before MANIFEST.json and COMPLETED are written remotely.
+    """
+    from runexp.runtime import storage
+
     handler = importlib.import_module(f"runexp.runtime.stages.{stage.kind}")
-    ctx = StageContext(stage=stage, plan=plan, work_dir=stage.output_dir)
     start = time.time()
+    if mirror is None:
+        _prepare_dir(stage, state, plan.output_root)
+    else:
+        # First of all the stage must stop looking done; its old files stay until replaced.
+        for name in (COMPLETED_FILE, MANIFEST_FILE):
+            storage.delete(storage.join(stage.output_dir, name), missing_ok=True)
+    storage.write_text(storage.join(stage.output_dir, STARTED_FILE),
+                       _json(_started_record(stage)))
+    if mirror is None:
+        ctx = StageContext(stage=stage, plan=plan, work_dir=stage.output_dir)
+    else:
+        local = mirror.local_stage(stage, resume=state.action == RESUME)
+        ctx = StageContext(stage=local, plan=plan, work_dir=local.output_dir,
+                           sync=lambda: mirror.sync(stage, local.output_dir))
     summary = handler.run(ctx) or {}
-    seconds = time.time() - start
-    write_json_atomic(os.path.join(stage.output_dir, MANIFEST_FILE), {
-        "stage": stage.id, "kind": stage.kind, "fingerprint": stage.fingerprint,
-        "resume_key": stage.resume_key, "params": dict(stage.params),
-        "inputs": dict(stage.inputs), "summary": summary, "seconds": round(seconds, 2),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    write_text_atomic(os.path.join(stage.output_dir, COMPLETED_FILE), stage.fingerprint + "\n")
+    ctx.sync()
+    storage.write_text(storage.join(stage.output_dir, MANIFEST_FILE),
+                       _json(_manifest(stage, summary, time.time() - start)))
+    storage.write_text(storage.join(stage.output_dir, COMPLETED_FILE), stage.fingerprint + "\n")
+    if mirror is not None:
+        mirror.finish(stage, ctx.work_dir)
     return summary
 
 
 def _read_summary(stage: Stage) -> dict:
+    from runexp.runtime import storage
+
     try:
-        with open(os.path.join(stage.output_dir, MANIFEST_FILE), encoding="utf-8") as f:
-            return json.load(f).get("summary", {})
-    except (OSError, ValueError):
+        return json.loads(storage.read_text(storage.join(stage.output_dir, MANIFEST_FILE))
+                          ).get("summary", {})
+    except (OSError, ValueError, storage.StorageError):
         return {}
 
 
@@ -136,16 +151,19 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
 
 def run_plan(plan: Plan) -> int:
     """Runs every stage of `plan` that is not already done. Returns an exit code."""
+    from runexp.runtime import storage
+
+    mirror = None
     if uris.is_gcs(plan.output_root):
-        print("error: this version of runexp runs experiments with a local OUTPUT_ROOT only; "
-              "gs:// output roots can be planned (--dry_run) but not yet run\n"
-              "  hint: set OUTPUT_ROOT to a local directory", file=sys.stderr)
-        return EXIT_USER_ERROR
-    os.makedirs(plan.output_root, exist_ok=True)
+        from runexp.runtime.mirror import Mirror
+
+        mirror = Mirror(plan)
+    else:
+        os.makedirs(plan.output_root, exist_ok=True)
     # The truth next to the results: the exact plan and the values it was compiled from.
-    write_text_atomic(os.path.join(plan.output_root, "plan.json"), plan.to_json())
-    write_text_atomic(os.path.join(plan.output_root, "operative_config.gin"),
-                      plan.operative_config)
+    storage.write_text(uris.join(plan.output_root, "plan.json"), plan.to_json())
+    storage.write_text(uris.join(plan.output_root, "operative_config.gin"),
+                       plan.operative_config)
     states = plan_states(plan)
     _say(f"runexp: experiment {plan.experiment!r}, {len(plan.stages)} stages -> "
          f"{plan.output_root}")
@@ -162,10 +180,15 @@ def run_plan(plan: Plan) -> int:
         _say(f"{head}: {verb} ({state.reason})")
         t0 = time.time()
         try:
-            summary = run_stage(plan, stage, state)
+            summary = run_stage(plan, stage, state, mirror)
         except UserError as e:
             print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
             return EXIT_USER_ERROR
+        except storage.StorageError as e:
+            print(f"error in stage {stage.id}: {e}\n  hint: finished stages are kept; check "
+                  "the bucket and your access, then run the same command again",
+                  file=sys.stderr)
+            return EXIT_STAGE_FAILED
         except KeyboardInterrupt:
             print(f"\ninterrupted in stage {stage.id}: finished stages are kept; run the same "
                   "command again to continue", file=sys.stderr)

@@ -425,6 +425,29 @@ def delete_prefix(prefix_uri: str) -> int:
 # Directories, verified
 
 
+def upload_file(path: str, uri: str) -> None:
+    """Copy one local file to ``uri`` (GCS or local), checked (size, crc32c) against it."""
+    path, uri = _str(path), _str(uri)
+    if is_gcs(uri):
+        _upload_file_verified(path, uri)
+    else:
+        _atomic_local_write(uri, lambda f: _copy_into(path, f))
+        _verify(uri, _local_checksums(uri), _local_checksums(path))
+
+
+def download_file(uri: str, dest: str) -> None:
+    """Copy one object or file to the local path ``dest``, checked against the source; the
+    file takes its final name only once complete."""
+    uri, dest = _str(uri), _str(dest)
+    if is_gcs(uri):
+        blob = _blob(uri)
+        _gcs_call("stat", uri, lambda: blob.reload(timeout=_policy.timeout, retry=None))
+        _download_file_verified(blob, uri, dest)
+    else:
+        _atomic_local_write(dest, lambda f: _copy_into(uri, f))
+        _verify(dest, _local_checksums(dest), _local_checksums(uri))
+
+
 def upload_dir(local_dir: str, uri_prefix: str) -> list[str]:
     """Copy every file under ``local_dir`` to ``uri_prefix`` (GCS or local), keeping relative
     paths; each copy is checked (size, crc32c) against the source. Returns the sorted URIs.
@@ -439,11 +462,7 @@ def upload_dir(local_dir: str, uri_prefix: str) -> list[str]:
             raise StorageError(f"refusing to upload {path}: it leads outside {local_dir}", path)
         rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
         dest = join(uri_prefix, rel)
-        if is_gcs(dest):
-            _upload_file_verified(path, dest)
-        else:
-            _atomic_local_write(dest, lambda f, src=path: _copy_into(src, f))
-            _verify(dest, _local_checksums(dest), _local_checksums(path))
+        upload_file(path, dest)
         written.append(dest)
     return sorted(written)
 

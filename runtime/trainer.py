@@ -118,8 +118,11 @@ class Trainer:
     def __init__(self, strategy: tf.distribute.Strategy, model: tf.Module, optimizer,
                  work_dir: str, config: TrainLoopConfig,
                  metrics_fn: Callable[[Mapping[str, float]], dict],
-                 progress: Callable[[str], None] = print):
+                 progress: Callable[[str], None] = print,
+                 on_checkpoint: Callable[[], None] | None = None):
         self.strategy = strategy
+        # Called after each checkpoint is written: a gs:// run uploads it then.
+        self.on_checkpoint = on_checkpoint
         self.model = model
         self.optimizer = optimizer
         self.work_dir = work_dir
@@ -272,6 +275,9 @@ class Trainer:
                 window, window_start, window_steps = {}, now, 0
             if step % cfg.checkpoint_every == 0 or at_end:
                 self.manager.save(checkpoint_number=step)
+                if self.on_checkpoint is not None:
+                    writer.flush()
+                    self.on_checkpoint()
         writer.close()
         return {"step": step, **metrics, "examples_per_second": eps,
                 "resumed_from": resumed_from, "steps_trained": step - start,

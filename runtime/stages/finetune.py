@@ -97,7 +97,8 @@ def run(ctx) -> dict:
         checkpoint_every=int(p.get("checkpoint_every") or train_steps),
         keep_checkpoints=int(p.get("keep_checkpoints") or 1))
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
-                      metrics_fn=classification_metrics, progress=ctx.progress)
+                      metrics_fn=classification_metrics, progress=ctx.progress,
+                      on_checkpoint=ctx.sync)
 
     def make_dataset(skip_batches: int):
         ds = tf.data.Dataset.from_tensor_slices(train_arrays)

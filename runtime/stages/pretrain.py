@@ -72,7 +72,8 @@ def run(ctx) -> dict:
         keep_checkpoints=int(p.get("keep_checkpoints") or 3),
         jit_compile=bool(p.get("jit_compile", False)))
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
-                      metrics_fn=pretraining_metrics, progress=ctx.progress)
+                      metrics_fn=pretraining_metrics, progress=ctx.progress,
+                      on_checkpoint=ctx.sync)
 
     init_report = None
     has_checkpoint = trainer.manager.latest_checkpoint is not None

@@ -1,6 +1,5 @@
 """Helpers for compiler tests: write small gin experiments into a temporary directory."""
 
-import os
 import textwrap
 
 import pytest

@@ -11,7 +11,7 @@ import pytest
 
 from runexp.compiler.planner import compile_experiment
 from runexp.compiler.render import render_plan
-from runexp.compiler.state import plan_states
+from runexp.compiler.state import CREATE, StageState
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -26,7 +26,9 @@ def test_there_are_reference_experiments():
 def test_reference_experiment_plan_matches_golden(path, monkeypatch):
     monkeypatch.chdir(REPO)
     plan = compile_experiment([os.path.relpath(path, REPO)]).plan
-    text = render_plan(plan, plan_states(plan), dry_run=True) + "\n"
+    # The plan as a first run sees it, whatever is (or is not) reachable on gs:// now.
+    states = {s.id: StageState(CREATE, "not built yet") for s in plan.stages}
+    text = render_plan(plan, states, dry_run=True) + "\n"
     golden = os.path.join(HERE, "golden", os.path.basename(path)[:-4] + ".txt")
     if os.environ.get("RUNEXP_UPDATE_GOLDEN") == "1":
         with open(golden, "w", encoding="utf-8") as f:

@@ -1,0 +1,143 @@
+"""Local working copies of an experiment whose output root is on gs://.
+
+Stage handlers read and write local files (TensorFlow's own gs:// filesystem ignores
+STORAGE_EMULATOR_HOST, and sentencepiece, multiprocessing writers and SavedModel writers want
+local paths). For a gs:// experiment the executor therefore gives each handler a local view:
+
+- inputs on gs:// (upstream stage directories, corpus files) are downloaded, verified, into a
+  cache directory first (`pull`); a mirrored stage directory is reused while its fingerprint
+  matches;
+- the handler writes into a local work directory;
+- `sync` uploads what changed (verified), TensorFlow's `checkpoint` state file last, so the
+  remote "latest" only ever names a checkpoint whose files are all uploaded; remote files that
+  disappeared locally (checkpoints dropped by keep-last-K) are deleted only after that.
+
+The executor then writes MANIFEST.json and COMPLETED remotely, COMPLETED last.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import shutil
+
+from runexp.compiler import uris
+from runexp.compiler.plan import Plan, Stage
+from runexp.runtime import storage
+
+# Written last by sync: TensorFlow's pointer to the latest checkpoint.
+CHECKPOINT_STATE = "checkpoints/checkpoint"
+MIRROR_MARK = ".runexp-mirror"
+
+
+def cache_root(output_root: str) -> str:
+    base = os.environ.get("RUNEXP_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "runexp")
+    return os.path.join(base, hashlib.sha256(output_root.encode()).hexdigest()[:16])
+
+
+class Mirror:
+    """Local copies of the stage directories and input files of one gs:// experiment."""
+
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.root = cache_root(plan.output_root)
+        self._synced: dict[str, dict[str, tuple]] = {}
+
+    def local_dir(self, stage: Stage) -> str:
+        return os.path.join(self.root, "stages", stage.id)
+
+    def _stage_of(self, uri: str):
+        for stage in self.plan.stages:
+            prefix = stage.output_dir.rstrip("/")
+            if uri == prefix or uri.startswith(prefix + "/"):
+                return stage, uri[len(prefix):].lstrip("/")
+        return None, ""
+
+    def pull(self, stage: Stage) -> str:
+        """Downloads a finished (or resumable) stage directory unless already mirrored."""
+        local = self.local_dir(stage)
+        mark = os.path.join(local, MIRROR_MARK)
+        if os.path.isfile(mark) and open(mark).read().strip() == stage.fingerprint:
+            return local
+        if os.path.isdir(local):
+            shutil.rmtree(local)
+        storage.download_dir(stage.output_dir, local)
+        with open(mark, "w") as f:
+            f.write(stage.fingerprint)
+        return local
+
+    def _localize(self, value):
+        if isinstance(value, list):
+            out = []
+            for v in value:
+                local = self._localize(v)
+                out.extend(local if isinstance(local, list) else [local])
+            return out
+        if not isinstance(value, str) or not uris.is_gcs(value):
+            return value
+        stage, rest = self._stage_of(value)
+        if stage is not None:
+            local = self.pull(stage)
+            return os.path.join(local, *rest.split("/")) if rest else local
+        # A user's corpus on gs://: download what the glob matches into the input cache.
+        matched = storage.glob(value) if any(c in value for c in "*?[") else [value]
+        if not matched:
+            raise FileNotFoundError(f"{value} matches no object")
+        paths = []
+        for uri in matched:
+            bucket, key = storage.split_gcs(uri)
+            dest = os.path.join(self.root, "inputs", bucket, *key.split("/"))
+            if not (os.path.isfile(dest) and os.path.getsize(dest) == storage.size(uri)):
+                storage.download_file(uri, dest)
+            paths.append(dest)
+        return paths
+
+    def local_stage(self, stage: Stage, resume: bool) -> Stage:
+        """The stage as its handler sees it: local inputs and a local work directory."""
+        inputs = {k: self._localize(v) for k, v in stage.inputs.items()}
+        work = self.local_dir(stage) + ".work"
+        if os.path.isdir(work):
+            shutil.rmtree(work)
+        if resume and storage.exists(stage.output_dir):
+            storage.download_dir(stage.output_dir, work)
+        os.makedirs(work, exist_ok=True)
+        self._synced[stage.id] = {}
+        return dataclasses.replace(stage, inputs=inputs, output_dir=work)
+
+    def sync(self, stage: Stage, work: str) -> None:
+        """Uploads new and changed files of `work`, the checkpoint pointer last, then deletes
+        remote files that no longer exist locally."""
+        seen = self._synced.setdefault(stage.id, {})
+        local_files = {}
+        for dirpath, _, names in os.walk(work):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                rel = os.path.relpath(path, work).replace(os.sep, "/")
+                st = os.stat(path)
+                local_files[rel] = (st.st_size, st.st_mtime_ns)
+        order = sorted(r for r in local_files if r != CHECKPOINT_STATE)
+        if CHECKPOINT_STATE in local_files:
+            order.append(CHECKPOINT_STATE)
+        for rel in order:
+            if seen.get(rel) != local_files[rel]:
+                storage.upload_file(os.path.join(work, rel), storage.join(stage.output_dir, rel))
+                seen[rel] = local_files[rel]
+        remote = storage.list(stage.output_dir)
+        prefix = stage.output_dir.rstrip("/") + "/"
+        for uri in remote:
+            rel = uri[len(prefix):]
+            if rel not in local_files and rel not in ("STARTED.json", "MANIFEST.json",
+                                                      "COMPLETED"):
+                storage.delete(uri, missing_ok=True)
+                seen.pop(rel, None)
+
+    def finish(self, stage: Stage, work: str) -> None:
+        """After the stage completed remotely: the work directory becomes the mirror."""
+        local = self.local_dir(stage)
+        if os.path.isdir(local):
+            shutil.rmtree(local)
+        os.replace(work, local)
+        with open(os.path.join(local, MIRROR_MARK), "w") as f:
+            f.write(stage.fingerprint)
