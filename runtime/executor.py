@@ -31,6 +31,8 @@ from runexp.runtime.context import StageContext
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 SUPERSEDED_DIR = ".superseded"
+# Stages whose handlers use TensorFlow (the others start faster without it).
+TF_KINDS = ("pretrain", "evaluate", "finetune", "export")
 
 
 def _say(message: str) -> None:
@@ -68,7 +70,15 @@ def _prepare_dir(stage: Stage, state: StageState, root: str) -> None:
 
 def _headline(stage: Stage, summary: dict) -> str:
     parts = []
-    for key, value in summary.items():
+    flat = {}
+    for key, value in summary.items():  # one level of nesting: per-split counts
+        if isinstance(value, dict):
+            flat.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            flat[key] = value
+    for key, value in flat.items():
+        if isinstance(value, bool):
+            continue
         if isinstance(value, float):
             parts.append(f"{key}={value:.4g}")
         elif isinstance(value, (int, str)) and len(str(value)) < 60:
@@ -149,6 +159,32 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
     return lines
 
 
+def _load_tensorflow_quietly(accelerator: dict) -> None:
+    """Imports TensorFlow with its C++ start-up lines (written before its logging is set up,
+    so TF_CPP_MIN_LOG_LEVEL cannot silence them) captured; on a CPU run they only say that no
+    GPU was found. They are shown if the import fails."""
+    if accelerator.get("type", "cpu") != "cpu" or "tensorflow" in sys.modules:
+        return
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            import tensorflow as tf
+
+            tf.config.list_logical_devices()  # device start-up logs now, not mid-run
+        except BaseException:
+            os.dup2(saved, 2)
+            log.seek(0)
+            sys.stderr.write(log.read().decode("utf-8", "replace"))
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
 def run_plan(plan: Plan) -> int:
     """Runs every stage of `plan` that is not already done. Returns an exit code."""
     from runexp.runtime import storage
@@ -180,6 +216,8 @@ def run_plan(plan: Plan) -> int:
         _say(f"{head}: {verb} ({state.reason})")
         t0 = time.time()
         try:
+            if stage.kind in TF_KINDS:
+                _load_tensorflow_quietly(plan.accelerator)
             summary = run_stage(plan, stage, state, mirror)
         except UserError as e:
             print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
