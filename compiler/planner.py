@@ -24,6 +24,9 @@ from runexp.compiler.plan import RUN_TIME, Plan, Stage
 from runexp.compiler.resolve import Resolver
 
 # Pretrain params that may change while a run is continued from its checkpoints.
+# Training files up to this size are read at compile time to check their labels.
+LABEL_CHECK_BYTES = 16 << 20
+
 RESUMABLE_PARAMS = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
                     "steps_per_loop")
 
@@ -440,6 +443,9 @@ class _Planner:
                 inputs[key] = found[0]
             fps[key] = fp
             deps += d
+        if labels is not None and "train_file" in inputs and not uris.is_gcs(inputs["train_file"]):
+            self.check_labels(task, inputs["train_file"], labels, b.params["text_fields"],
+                              b.params["label_field"])
         if "train_file" in inputs and inputs.get("train_file") == inputs.get("dev_file"):
             self.c.warn(f"{task}: the dev file is the train file: accuracy will be optimistic",
                         self.loc("classification_task", "dev_file", task),
@@ -448,6 +454,26 @@ class _Planner:
         fps.update(vocab=vocab.fingerprint, checkpoint=pretrain.fingerprint)
         return self.add(f"finetune.{task}", "finetune", b, inputs, fps,
                         sorted(set(deps + [vocab.id, pretrain.id])))
+
+    def check_labels(self, task: str, path: str, labels: list, text_fields, label_field) -> None:
+        """Labels in the training data that the task does not list (when the file is small)."""
+        if not os.path.isfile(path) or os.path.getsize(path) > LABEL_CHECK_BYTES or not text_fields:
+            return
+        from runexp.tasks.classification import load_examples  # light: numpy, no TensorFlow
+
+        loc = self.loc("classification_task", "labels", task)
+        try:
+            found = {label for _, label in load_examples(path, text_fields, label_field)}
+        except ValueError as e:
+            self.c.error(f"{task}: cannot read the training data: {e}", loc,
+                         hint="fix the file, or check text_fields and label_field")
+            return
+        unknown = sorted(found - set(labels))
+        if unknown:
+            self.c.error(f"{task}: the training data has {len(found)} labels, "
+                         f"{len(unknown)} of them not in {task}/classification_task.labels: "
+                         f"{', '.join(map(repr, unknown[:5]))}", loc,
+                         hint="add them to labels, or leave labels unset to read them from the data")
 
     def plan_export(self, vocab: Stage, pretrain: Stage, finetune: Optional[Stage]) -> Stage:
         b = _StageBuilder(self.r)

@@ -193,3 +193,16 @@ def test_adopted_vocab_size_is_counted(write, minimal):
     plan = compile_experiment([write("e.gin", f"include '{minimal}'\nVOCAB = '{vocab}'\n")]).plan
     assert plan.stage("pretrain").params["model"]["vocab_size"] == 8
     assert plan.stage("vocab").provenance["vocab_size"] == "counted in vocab.txt"
+
+
+def test_finetune_labels_missing_from_the_task_are_reported(write, minimal):
+    train = write("train.tsv", "label\tsentence\npos\tgood\nneg\tbad\nmeh\tso so\n")
+    path = write("e.gin", f"""include '{minimal}'
+finetune.task = 'sst'
+sst/classification_task.train_file = '{train}'
+sst/classification_task.dev_file = '{train}'
+sst/classification_task.labels = ['pos', 'neg']
+""")
+    text = errors_of(path)
+    assert "e.gin:5: error: sst: the training data has 3 labels, 1 of them not in " \
+           "sst/classification_task.labels: 'meh'" in text
