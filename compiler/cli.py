@@ -3,6 +3,7 @@
     runexp --gin_file=quickstart.gin --dry_run        # print the plan, start nothing
     runexp --gin_file=quickstart.gin                  # run it
     runexp --gin_file=quickstart.gin --explain=TRAIN_STEPS
+    runexp status runexp_output/quickstart           # how an experiment stands
 
 Exit codes (stable; scripts may branch on them):
     0  success (a dry run: nothing to do)
@@ -112,8 +113,71 @@ def _load_saved_plan(path: str):
     return plan
 
 
+def _status(argv: Sequence[str]) -> int:
+    """`runexp status OUTPUT_ROOT`: each stage of the experiment saved there, and how it stands."""
+    import json
+
+    from runexp.compiler.plan import MANIFEST_FILE, Plan
+    from runexp.compiler.render import PARTICIPLES, SYMBOLS
+    from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
+
+    p = _Parser(prog="runexp status", allow_abbrev=False,
+                description="Show how the experiment in OUTPUT_ROOT stands, stage by stage.")
+    p.add_argument("output_root", help="the experiment's OUTPUT_ROOT (local path or gs://)")
+    args = p.parse_args(argv)
+    root = args.output_root.rstrip("/")
+    read = _reader(root)
+    text = read(f"{root}/plan.json")
+    if text is None:
+        print(f"error: {root} holds no runexp experiment (no plan.json)\n"
+              "  hint: give the OUTPUT_ROOT of an experiment that has been run", file=sys.stderr)
+        return EXIT_USER_ERROR
+    plan = Plan.from_json(text)
+    states = plan_states(plan)
+    print(f"experiment {plan.experiment!r} in {plan.output_root}")
+    for stage in plan.stages:
+        st = states[stage.id]
+        line = f"  {SYMBOLS[st.action]} {stage.id:<28}"
+        if st.action == REUSE:
+            manifest = json.loads(read(f"{stage.output_dir}/{MANIFEST_FILE}") or "{}")
+            line += f" done in {manifest.get('seconds', 0):.0f} s, {manifest.get('finished', '')}"
+        else:
+            step = latest_checkpoint_step(stage.output_dir) if stage.kind in (
+                "pretrain", "finetune") else None
+            line += " not done" + (f" (latest checkpoint: step {step} of "
+                                   f"{stage.params.get('train_steps')})" if step else "")
+            line += f": will be {PARTICIPLES[st.action]} ({st.reason})"
+        print(line)
+    done = sum(1 for s in states.values() if s.action == REUSE)
+    print(f"{done} of {len(states)} stages done.")
+    return EXIT_OK if done == len(states) else EXIT_PENDING
+
+
+def _reader(root: str):
+    if root.startswith("gs://"):
+        from runexp.runtime import storage
+
+        def read(uri):
+            try:
+                return storage.read_text(uri)
+            except (OSError, storage.StorageError):
+                return None
+        return read
+
+    def read_local(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return None
+    return read_local
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
+        if argv[:1] == ["status"]:
+            return _status(argv[1:])
         return _main(argv)
     except BrokenPipeError:  # `runexp ... --dry_run | head`: the reader left; not an error
         import os

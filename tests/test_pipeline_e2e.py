@@ -74,6 +74,16 @@ def test_second_run_reuses_every_stage(finished):
 
 
 @pytest.mark.slow
+def test_status_reports_every_stage_done(finished):
+    root, _ = finished
+    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", "status", root],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{len(STAGES)} of {len(STAGES)} stages done." in proc.stdout
+    assert "= pretrain " in proc.stdout
+
+
+@pytest.mark.slow
 def test_changing_finetune_steps_rebuilds_only_finetune_and_export(finished):
     root, _ = finished
     proc = subprocess.run(

@@ -90,3 +90,8 @@ def test_saved_plan_runs_as_is_and_is_refused_after_an_input_changed(write, mini
     err = capsys.readouterr().err
     assert "plan.json: error: the world changed since this plan was saved: stage(s) " \
            "evaluate, export, preprocess.pretrain, pretrain, vocab would now be built" in err
+
+
+def test_status_of_a_directory_without_an_experiment(tmp_path, capsys):
+    assert main(["status", str(tmp_path)]) == 1
+    assert "holds no runexp experiment (no plan.json)" in capsys.readouterr().err
