@@ -4,6 +4,7 @@
     runexp --gin_file=quickstart.gin                  # run it
     runexp --gin_file=quickstart.gin --explain=TRAIN_STEPS
     runexp status runexp_output/quickstart           # how an experiment stands
+    runexp inspect --gin_file=quickstart.gin -n 3    # decoded pretraining examples
 
 Exit codes (stable; scripts may branch on them):
     0  success (a dry run: nothing to do)
@@ -153,6 +154,53 @@ def _status(argv: Sequence[str]) -> int:
     return EXIT_OK if done == len(states) else EXIT_PENDING
 
 
+def _inspect(argv: Sequence[str]) -> int:
+    """`runexp inspect --gin_file=... [--task=NAME] [-n 5]`: decoded pretraining examples."""
+    from runexp.compiler.errors import UserError
+    from runexp.compiler.planner import compile_experiment
+    from runexp.compiler.state import REUSE, stage_state
+
+    p = _Parser(prog="runexp inspect", allow_abbrev=False,
+                description="Decode examples of a preprocessed pretraining task: masked "
+                            "positions marked [MASK→orig], {random→orig}, <kept>.")
+    p.add_argument("--gin_file", action="append", default=[], metavar="FILE")
+    p.add_argument("--gin_param", action="append", default=[], metavar="BINDING")
+    p.add_argument("--gin_search_path", action="append", default=[], metavar="DIR")
+    p.add_argument("--task", help="bert_pretraining_task name (default: the one train.task uses)")
+    p.add_argument("--split", default="train", choices=("train", "validation"))
+    p.add_argument("-n", type=int, default=5, help="examples to show")
+    args = p.parse_args(argv)
+    try:
+        plan = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path).plan
+    except UserError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
+    pre = [s for s in plan.stages if s.kind == "preprocess"]
+    stage = next((s for s in pre if s.params["task"] == args.task), None) if args.task else \
+        (pre[0] if pre else None)
+    if stage is None:
+        print(f"error: no preprocess stage for task {args.task!r} in this experiment\n"
+              f"  hint: tasks planned: {', '.join(s.params['task'] for s in pre) or 'none'}",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
+    vocab = plan.stage("vocab")
+    if stage_state(stage, {}).action != REUSE or stage_state(vocab, {}).action != REUSE:
+        print(f"error: stage {stage.id} is not built (or is out of date) in {plan.output_root}\n"
+              "  hint: run the experiment first: runexp " + " ".join(
+                  f"--gin_file={f}" for f in args.gin_file), file=sys.stderr)
+        return EXIT_USER_ERROR
+    data_dir, vocab_dir = stage.output_dir, vocab.output_dir
+    if plan.output_root.startswith("gs://"):
+        from runexp.runtime.mirror import Mirror
+
+        mirror = Mirror(plan)
+        data_dir, vocab_dir = mirror.pull(stage), mirror.pull(vocab)
+    from runexp.tasks.inspect import inspect_examples  # light: numpy, no TensorFlow
+
+    print(inspect_examples(data_dir, vocab_dir, args.split, args.n))
+    return EXIT_OK
+
+
 def _reader(root: str):
     if root.startswith("gs://"):
         from runexp.runtime import storage
@@ -178,6 +226,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if argv[:1] == ["status"]:
             return _status(argv[1:])
+        if argv[:1] == ["inspect"]:
+            return _inspect(argv[1:])
         return _main(argv)
     except BrokenPipeError:  # `runexp ... --dry_run | head`: the reader left; not an error
         import os

@@ -84,6 +84,19 @@ def test_status_reports_every_stage_done(finished):
 
 
 @pytest.mark.slow
+def test_inspect_decodes_examples_with_masks_marked(finished):
+    root, _ = finished
+    proc = subprocess.run(
+        [sys.executable, "-m", "runexp.compiler.cli", "inspect", "--gin_file=quickstart.gin",
+         "-n", "2", f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL],
+        capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "example 2: " in proc.stdout and "[MASK→" in proc.stdout
+    assert "  A: [CLS] " in proc.stdout
+    assert "statistics over all" in proc.stdout
+
+
+@pytest.mark.slow
 def test_changing_finetune_steps_rebuilds_only_finetune_and_export(finished):
     root, _ = finished
     proc = subprocess.run(
