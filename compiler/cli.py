@@ -11,6 +11,9 @@ Exit codes (stable; scripts may branch on them):
     1  user error: bad gin, bad flags, bad input data; the message says file, line, what to do
     2  a dry run found work to do (stages to create, rebuild or resume)
     3  a stage failed while running (the message names the stage; finished stages are kept)
+    75 preempted (SIGTERM): training checkpointed at the step reached; a rerun continues
+       (with experiment.max_attempts > 1, runexp relaunches itself)
+    124 the wall-time budget (experiment.wall_time_hours) ran out after a checkpoint
     130 interrupted (Ctrl-C); finished stages are kept, a rerun continues
 This module imports neither TensorFlow nor seqio: the runtime is imported only to run.
 """
@@ -22,6 +25,9 @@ import sys
 from typing import Optional, Sequence
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_PENDING, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_PREEMPTED, EXIT_DEADLINE = 75, 124  # as runexp.runtime.relaunch defines them
+DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"  # read by the executor
+CHILD_ENV = "RUNEXP_RELAUNCHED_CHILD"  # set in children of the relaunch loop
 
 
 class _Parser(argparse.ArgumentParser):
@@ -35,7 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="runexp", allow_abbrev=False, description="Compile a BERT experiment written in gin into a "
                 "plan, review it, and run it.",
                 epilog="Exit codes: 0 ok, 1 user error, 2 dry run with work pending, "
-                       "3 stage failed, 130 interrupted.")
+                       "3 stage failed, 75 preempted, 124 wall-time budget spent, "
+                       "130 interrupted.")
     p.add_argument("--gin_file", action="append", default=[], metavar="FILE",
                    help="gin file (repeatable; later files override earlier ones). Looked up "
                         "as given, then in --gin_search_path, then in runexp's own gin/ folder")
@@ -288,6 +295,26 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     for w in plan.warnings:
         print(w, file=sys.stderr)
+    return _launch(plan, argv)
+
+
+def _launch(plan, argv: Sequence[str]) -> int:
+    """Runs the plan here, or, with experiment.max_attempts > 1, in child processes relaunched
+    after each preemption. A wall-time budget becomes one deadline shared by all attempts."""
+    import os
+    import time
+
+    launch = plan.launch or {}
+    hours = launch.get("wall_time_hours")
+    if hours and not os.environ.get(DEADLINE_ENV):
+        os.environ[DEADLINE_ENV] = str(time.time() + hours * 3600)
+    attempts = int(launch.get("max_attempts") or 1)
+    if attempts > 1 and not os.environ.get(CHILD_ENV):
+        from runexp.runtime.relaunch import run_with_relaunch  # standard library only
+
+        os.environ[CHILD_ENV] = "1"
+        return run_with_relaunch([sys.executable, "-m", "runexp.compiler.cli", *argv],
+                                 attempts, float(launch.get("relaunch_backoff_s") or 0.0))
     from runexp.runtime.executor import run_plan  # TensorFlow is imported only from here on
 
     return run_plan(plan)

@@ -78,6 +78,9 @@ class Plan:
     output_root: str
     stages: tuple[Stage, ...]
     accelerator: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    # How to launch, not what to compute: max_attempts, relaunch_backoff_s, wall_time_hours.
+    # Not part of any fingerprint.
+    launch: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     warnings: tuple[str, ...] = ()
     gin_files: tuple[str, ...] = ()  # as given on the command line, made absolute
     gin_files_read: tuple[str, ...] = ()  # every file read, includes too, in order
@@ -99,6 +102,7 @@ class Plan:
             "experiment": self.experiment,
             "output_root": self.output_root,
             "accelerator": dict(self.accelerator),
+            "launch": dict(self.launch),
             "warnings": list(self.warnings),
             "gin_files": list(self.gin_files),
             "gin_files_read": list(self.gin_files_read),
@@ -123,6 +127,7 @@ class Plan:
             output_root=d["output_root"],
             stages=tuple(Stage.from_dict(s) for s in d["stages"]),
             accelerator=d.get("accelerator", {}),
+            launch=d.get("launch", {}),
             warnings=tuple(d.get("warnings", ())),
             gin_files=tuple(d.get("gin_files", ())),
             gin_files_read=tuple(d.get("gin_files_read", ())),

@@ -181,8 +181,10 @@ class _Planner:
             finetune = self.plan_finetune(ft_task, vocab, pretrain)
         if r.get("export", "enabled"):
             self.plan_export(vocab, pretrain, finetune)
+        launch = {k: r.get("experiment", k)
+                  for k in ("max_attempts", "relaunch_backoff_s", "wall_time_hours")}
         return Plan(experiment=name, output_root=self.output_root, stages=tuple(self.stages),
-                    accelerator=accel.to_dict() if accel else {})
+                    accelerator=accel.to_dict() if accel else {}, launch=launch)
 
     def plan_vocab(self, task: str) -> Stage:
         b = _StageBuilder(self.r)

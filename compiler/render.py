@@ -57,6 +57,13 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
         a = plan.accelerator
         lines.append(f"  accelerator: {a['name']} ({a['type']}, {a['replicas']} "
                      f"replica{'s' if a['replicas'] != 1 else ''})")
+    launch = plan.launch or {}
+    if (launch.get("max_attempts") or 1) > 1:
+        lines.append(f"  relaunch:    up to {launch['max_attempts']} launches when preempted, "
+                     f"{launch.get('relaunch_backoff_s', 0):g} s apart (doubling)")
+    if launch.get("wall_time_hours"):
+        lines.append(f"  budget:      stop with a checkpoint after {launch['wall_time_hours']:g} h "
+                     "of wall time (a later run continues)")
     for imp in plan.imports:
         lines.append(f"  gin import (runs code when loaded by gin): {imp}")
     present = [a for a in ORDER if any(s.action == a for s in states.values())]

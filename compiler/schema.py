@@ -59,6 +59,13 @@ CONFIGURABLES: dict[str, Configurable] = {
                       doc="experiment name (default: the first gin file's name)"),
         "output_root": Param("str", doc="local directory or gs:// URI for every output"),
         "accelerator": Param("str", "cpu", doc="accelerator profile (see compiler/accelerators.py)"),
+        "max_attempts": _pos("launches in all when a run is preempted (SIGTERM): relaunched "
+                             "until done or this many", 1),
+        "relaunch_backoff_s": Param("float", 30.0, minimum=0.0,
+                                    doc="seconds before the first relaunch (doubled each time)"),
+        "wall_time_hours": Param("float", None, optional=True, minimum=0.0,
+                                 doc="stop cleanly with a checkpoint after this long (a 12-hour "
+                                     "notebook: 11.5)"),
     }),
     "builtin_corpus": Configurable(doc="The corpus built from the Python standard library.", params={
         "min_bytes": _pos("fail unless the train text has at least this many bytes", 2_000_000),

@@ -9,6 +9,7 @@ finished stage or one the next run redoes (training stages continue from checkpo
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -31,6 +32,9 @@ from runexp.runtime.context import StageContext
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 SUPERSEDED_DIR = ".superseded"
+# Absolute time (time.time()) by which training stops with a checkpoint; set by the CLI from
+# experiment.wall_time_hours at the first launch, so relaunches share one budget.
+DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"
 # Stages whose handlers use TensorFlow (the others start faster without it).
 TF_KINDS = ("pretrain", "evaluate", "finetune", "export")
 
@@ -116,10 +120,14 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
             storage.delete(storage.join(stage.output_dir, name), missing_ok=True)
     storage.write_text(storage.join(stage.output_dir, STARTED_FILE),
                        _json(_started_record(stage)))
+    view = stage  # what the handler sees: local paths, and the run's deadline if any
+    deadline = os.environ.get(DEADLINE_ENV)
+    if deadline and stage.kind in ("pretrain", "finetune"):
+        view = dataclasses.replace(view, params={**view.params, "deadline_unix": float(deadline)})
     if mirror is None:
-        ctx = StageContext(stage=stage, plan=plan, work_dir=stage.output_dir)
+        ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
     else:
-        local = mirror.local_stage(stage, resume=state.action == RESUME)
+        local = mirror.local_stage(view, resume=state.action == RESUME)
         ctx = StageContext(stage=local, plan=plan, work_dir=local.output_dir,
                            sync=lambda: mirror.sync(stage, local.output_dir))
     summary = handler.run(ctx) or {}
@@ -231,7 +239,13 @@ def run_plan(plan: Plan) -> int:
             print(f"\ninterrupted in stage {stage.id}: finished stages are kept; run the same "
                   "command again to continue", file=sys.stderr)
             return EXIT_INTERRUPTED
-        except Exception:  # a bug or an environment failure, not the user's input
+        except Exception as e:
+            preemption = sys.modules.get("runexp.runtime.preemption")
+            if preemption is not None and isinstance(e, preemption.Preempted):
+                print(f"stage {stage.id} stopped: {e}. Run the same command again to "
+                      "continue from that checkpoint.", file=sys.stderr)
+                return e.exit_code
+            # A bug or an environment failure, not the user's input.
             traceback.print_exc()
             print(f"\nstage {stage.id} failed (see above). Finished stages are kept; the "
                   "failed stage is redone by the next run.", file=sys.stderr)
