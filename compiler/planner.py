@@ -28,7 +28,7 @@ from runexp.compiler.resolve import Resolver
 LABEL_CHECK_BYTES = 16 << 20
 
 RESUMABLE_PARAMS = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
-                    "steps_per_loop")
+                    "steps_per_loop", "eval_every", "jit_compile")
 
 
 @dataclasses.dataclass
@@ -350,6 +350,9 @@ class _Planner:
         b.take("steps_per_loop", "train", "steps_per_loop")
         b.take("log_every", "train", "log_every")
         b.take("seed", "train", "seed")
+        for name in ("optimizer", "decay", "decay_power", "end_learning_rate", "clip_norm",
+                     "grad_accum_steps", "compute_dtype", "jit_compile", "eval_every"):
+            b.take(name, "train", name)
         b.set("max_seq_length", pre.params["max_seq_length"], pre.provenance["max_seq_length"])
         b.set("max_predictions_per_seq", pre.params["max_predictions_per_seq"],
               pre.provenance["max_predictions_per_seq"])
@@ -368,6 +371,16 @@ class _Planner:
                          f"replicas of {accel.name}", self.loc("train", "batch_size"),
                          hint=f"use a multiple of {accel.replicas}, e.g. "
                               f"{-(-batch // accel.replicas) * accel.replicas}")
+        accum = b.params["grad_accum_steps"]
+        if accel is not None and batch and accum and batch % accel.replicas == 0 \
+                and batch % (accel.replicas * accum):
+            self.c.error(f"global batch size {batch} cannot be split into {accum} micro-batches "
+                         f"across {accel.replicas} replica(s)", self.loc("train", "grad_accum_steps"),
+                         hint=f"use a batch size divisible by {accel.replicas * accum}")
+        dtype = b.params["compute_dtype"]
+        if accel is not None and dtype == "mixed_float16" and accel.type == "tpu":
+            self.c.error("mixed_float16 is for GPUs; TPUs compute in bfloat16",
+                         self.loc("train", "compute_dtype"), hint="set train.compute_dtype = 'bfloat16'")
         steps, warmup = b.params["train_steps"], b.params["warmup_steps"]
         if steps and warmup is not None and warmup > steps:
             self.c.warn(f"warmup_steps ({warmup}) exceeds train steps ({steps}): the learning "

@@ -206,3 +206,19 @@ sst/classification_task.labels = ['pos', 'neg']
     text = errors_of(path)
     assert "e.gin:5: error: sst: the training data has 3 labels, 1 of them not in " \
            "sst/classification_task.labels: 'meh'" in text
+
+
+def test_gradient_accumulation_must_split_the_batch(write):
+    path = write("e.gin", """
+        include 'runs/pretrain.gin'
+        include 'accelerators/tpu_v3_8.gin'
+        OUTPUT_ROOT = 'gs://bucket/exp'
+        CORPUS_FILES = 'gs://bucket/corpus/*.txt'
+        BATCH_SIZE = 24
+        train.grad_accum_steps = 2
+        train.compute_dtype = 'mixed_float16'
+        """)
+    text = errors_of(path)
+    assert "e.gin:7: error: global batch size 24 cannot be split into 2 micro-batches across " \
+           "8 replica(s)" in text
+    assert "e.gin:8: error: mixed_float16 is for GPUs; TPUs compute in bfloat16" in text
