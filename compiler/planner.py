@@ -252,7 +252,7 @@ class _Planner:
         b.set("task", task, f"train.task @ {self.r.provenance('train', 'task').short()}")
         for p in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "dupe_factor",
                   "short_seq_prob", "random_next_prob", "mask_token_prob", "random_token_prob",
-                  "whole_word_masking", "pair_objective", "random_seed", "num_shards",
+                  "whole_word_masking", "pair_objective", "ngram_max", "random_seed", "num_shards",
                   "num_workers"):
             b.take(p, "bert_pretraining_task", p, task)
         b.set("do_lower_case", vocab.params["do_lower_case"], vocab.provenance["do_lower_case"])

@@ -21,6 +21,7 @@ written here too, so workers need no TensorFlow. Light module.
 Usage:
     with TFRecordWriter(shard_path(out_dir, "train", 0, 4)) as w:
         w.write(encode_instance_features(features))
+        w.write_batch(*encode_instance_batch(batch))   # many at once
     write_info(out_dir, "train", num_shards=4, max_seq_length=128, max_predictions_per_seq=20)
 """
 
@@ -31,7 +32,7 @@ import os
 import struct
 from typing import Mapping, Sequence
 
-from runexp.tasks.example_proto import encode_example
+from runexp.tasks.example_proto import encode_example, encode_examples
 
 SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was checked against
 FLOAT_FEATURES = frozenset({"masked_lm_weights"})
@@ -53,6 +54,11 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict[str,
 def encode_instance_features(features: Mapping[str, Sequence]) -> bytes:
     """Serialised tf.train.Example of one instance's padded features."""
     return encode_example(features, FLOAT_FEATURES)
+
+
+def encode_instance_batch(batch: Mapping[str, "np.ndarray"]) -> tuple[bytes, "np.ndarray"]:
+    """Serialised Examples of a batch of padded features (arrays [batch, n]) and offsets."""
+    return encode_examples(batch, FLOAT_FEATURES)
 
 
 def _crc32c_function():
@@ -84,6 +90,7 @@ def _crc32c_python(data: bytes) -> int:
 
 
 _crc32c = _crc32c_function()
+_U32 = struct.Struct("<I")
 
 
 def _masked_crc(data: bytes) -> int:
@@ -98,11 +105,31 @@ class TFRecordWriter:
         self.path = path
         self._tmp = path + ".tmp"
         self._f = open(self._tmp, "wb")
+        self._headers: dict[int, bytes] = {}  # length -> framed header (few distinct lengths)
 
     def write(self, record: bytes) -> None:
         header = struct.pack("<Q", len(record))
         self._f.write(header + struct.pack("<I", _masked_crc(header)) + record
                       + struct.pack("<I", _masked_crc(record)))
+
+    def write_batch(self, data: bytes, offsets) -> None:
+        """Writes records ``data[offsets[i]:offsets[i + 1]]`` (``encode_examples`` output)."""
+        out = []
+        append = out.append
+        pack = _U32.pack
+        headers = self._headers
+        bounds = offsets.tolist() if hasattr(offsets, "tolist") else list(offsets)
+        for start, end in zip(bounds, bounds[1:]):
+            n = end - start
+            header = headers.get(n)
+            if header is None:
+                h = struct.pack("<Q", n)
+                header = headers[n] = h + pack(_masked_crc(h))
+            record = data[start:end]
+            append(header)
+            append(record)
+            append(pack(_masked_crc(record)))
+        self._f.write(b"".join(out))
 
     def close(self) -> None:
         self._f.close()

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-import numpy as np
 import seqio
 import tensorflow as tf
 
 from runexp.tasks.classification import encode_examples, labels_of, load_examples
-from runexp.tasks.pretraining_shards import PretrainingConfig, build_shard, cached_tokenizer
+from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
+                                             iter_shard_batches)
 from runexp.tasks.records import feature_spec, seqio_dtype
 from runexp.tasks.seqio_vocabulary import BertVocabulary
 from runexp.tasks.text_files import expand_globs
@@ -78,12 +78,12 @@ def register_bert_pretraining_task(name: str, vocab_dir: str, train_files: Seque
     numpy_dtypes = {k: s.dtype.as_numpy_dtype for k, s in signature.items()}
 
     def generate(split: str):
-        cached_tokenizer(vocab_dir)
         for shard in range(num_shards):
-            examples, _ = build_shard(files[split], vocab_dir, config, split, shard, num_shards,
-                                      transform=lambda f: f)
-            for features in examples:
-                yield {k: np.asarray(v, numpy_dtypes[k]) for k, v in features.items()}
+            for batch in iter_shard_batches(files[split], vocab_dir, config, split, shard,
+                                            num_shards, ShardStats()):
+                batch = {k: v.astype(numpy_dtypes[k]) for k, v in batch.items()}
+                for i in range(len(batch["input_ids"])):
+                    yield {k: v[i] for k, v in batch.items()}
 
     def dataset_fn(split: str, shuffle_files: bool, seed: Optional[int] = None):
         del shuffle_files, seed  # the examples' order is part of what the seed decides

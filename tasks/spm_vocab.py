@@ -107,8 +107,10 @@ def measure(tokenizer: Tokenizer, lines: Sequence[str]) -> dict:
 
 
 def write_report(out_dir: str, vocab_type: str, do_lower_case: bool,
-                 heldout_lines: Sequence[str]) -> dict:
-    """Writes report.json (type, sizes, diagnostics, a few words' pieces) and returns it."""
+                 heldout_lines: Sequence[str], measured_on: str = "held-out text") -> dict:
+    """Writes report.json (type, sizes, diagnostics, a few words' pieces) and returns it.
+
+    ``measured_on`` names the text the diagnostics come from (in the warning)."""
     report = {"type": vocab_type, "do_lower_case": do_lower_case}
     with open(os.path.join(out_dir, REPORT_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f)  # load_tokenizer needs type and casing first
@@ -119,8 +121,10 @@ def write_report(out_dir: str, vocab_type: str, do_lower_case: bool,
     report["special_ids"] = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
     if report["unk_rate"] > UNK_WARNING_RATE:
         report["warning"] = (
-            f"UNK rate {report['unk_rate']:.2%} on held-out text is above "
-            f"{UNK_WARNING_RATE:.0%}: check do_lower_case and the vocab's language")
+            f"UNK rate {report['unk_rate']:.2%} on {measured_on} is above "
+            f"{UNK_WARNING_RATE:.0%} ({report['measured_on_pieces']:,} pieces of "
+            f"{report['measured_on_lines']:,} lines): words the vocab cannot spell become "
+            "[UNK] and are lost to the model; check do_lower_case and the vocab's language")
     with open(os.path.join(out_dir, REPORT_FILE), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, sort_keys=True, ensure_ascii=False)
     return report

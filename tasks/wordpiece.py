@@ -7,7 +7,9 @@ WordpieceTokenizer: greedy longest-match-first against the vocab, continuation p
 with ``##``; a word longer than 200 characters or with no full segmentation is ``[UNK]``.
 
 The result for a whitespace-separated chunk depends on that chunk only, so results are cached
-per chunk: pure Python, but most of a corpus is dictionary look-ups.
+per chunk (and, for new chunks, per word): pure Python, but most of a corpus is dictionary
+look-ups. ``encode_lines`` (the preprocess hot path) encodes thousands of lines per call, with
+the look-ups done by C-level ``map`` over one split of all of them.
 
 Usage:
     tok = WordPieceTokenizer(load_vocab("vocab.txt"), do_lower_case=True)
@@ -18,11 +20,16 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from itertools import chain
+from typing import Sequence
+
+import numpy as np
 
 UNK = "[UNK]"
+_LINE_BREAK = "\x00"  # a chunk clean_text never leaves in text: separates lines
+_LINE_BREAK_IDS = (-1,)  # the caches' entry for line separators
 _MAX_CHARS_PER_WORD = 200
-_CACHE_LIMIT = 1 << 20  # entries; the cache is cleared when it grows past this
-_PLAIN_ASCII = re.compile(r"[\x20-\x7e\t\n\r]*\Z")
+_CACHE_LIMIT = 1 << 18  # entries (~50 MB); a cache is cleared when it grows past this
 
 
 def load_vocab(path: str) -> dict[str, int]:
@@ -59,21 +66,46 @@ def _is_cjk(cp: int) -> bool:
             or 0xF900 <= cp <= 0xFAFF or 0x2F800 <= cp <= 0x2FA1F)
 
 
+_KEEP = object()
+_CHAR_FIXES: dict[str, object] = {}  # char -> "" (dropped), " " (whitespace) or _KEEP
+
+
+def _char_fix(ch: str) -> object:
+    cp = ord(ch)
+    if cp == 0 or cp == 0xFFFD or _is_control(ch):
+        return ""
+    if _is_whitespace(ch) and ch != " ":
+        return " "
+    return _KEEP
+
+
 def clean_text(text: str) -> str:
-    """Removes invalid and control characters and maps whitespace to spaces."""
-    if _PLAIN_ASCII.match(text):
-        return text  # str.split() treats \t\n\r as BERT does
-    out = []
-    for ch in text:
-        cp = ord(ch)
-        if cp == 0 or cp == 0xFFFD or _is_control(ch):
-            continue
-        out.append(" " if _is_whitespace(ch) else ch)
-    return "".join(out)
+    """Removes invalid and control characters and maps whitespace to spaces.
+
+    Decided once per distinct character (cached), applied with ``str.translate``."""
+    if text.isascii() and text.isprintable():
+        return text  # the common case, two C scans
+    table = None
+    fixes = _CHAR_FIXES
+    for ch in set(text):
+        fix = fixes.get(ch)
+        if fix is None:
+            fix = fixes[ch] = _char_fix(ch)
+        if fix is not _KEEP:
+            if table is None:
+                table = {}
+            table[ord(ch)] = fix
+    return text.translate(table) if table else text
+
+
+# In ASCII, BERT's punctuation is exactly these ranges: !-/ :-@ [-` {-~.
+_ASCII_SPLIT = re.compile(r"[!-/:-@\[-`{-~]|[^!-/:-@\[-`{-~]+")
 
 
 def _basic_chunk(chunk: str, do_lower_case: bool) -> list[str]:
     """BasicTokenizer on one whitespace-free chunk of cleaned text."""
+    if chunk.isascii():  # no accents, no CJK: lower-case and split off punctuation
+        return _ASCII_SPLIT.findall(chunk.lower() if do_lower_case else chunk)
     if not chunk.isascii():
         chunk = "".join(f" {ch} " if _is_cjk(ord(ch)) else ch for ch in chunk)
     words = []
@@ -106,6 +138,10 @@ class WordPieceTokenizer:
         self.do_lower_case = do_lower_case
         self.unk_token = unk_token
         self._cache: dict[str, tuple[str, ...]] = {}
+        self._id_cache: dict[str, tuple[int, ...]] = {}
+        self._word_ids: dict[str, tuple[int, ...]] = {}
+        self._longest = max((len(t[2:]) if t.startswith("##") else len(t) for t in vocab),
+                            default=0)
 
     def basic_tokenize(self, text: str) -> list[str]:
         """Words and punctuation, as BERT's BasicTokenizer returns them."""
@@ -118,8 +154,10 @@ class WordPieceTokenizer:
             return [self.unk_token]
         pieces = []
         start, n = 0, len(word)
+        longest = self._longest
         while start < n:
-            end = n
+            # No vocab entry is longer than ``longest`` characters: shorter tries only.
+            end = min(n, start + longest)
             while start < end:
                 piece = word[start:end] if start == 0 else "##" + word[start:end]
                 if piece in self.vocab:
@@ -131,11 +169,14 @@ class WordPieceTokenizer:
             start = end
         return pieces
 
+    def _pieces(self, chunk: str) -> tuple[str, ...]:
+        return tuple(p for w in _basic_chunk(chunk, self.do_lower_case)
+                     for p in self.wordpiece(w))
+
     def _chunk(self, chunk: str) -> tuple[str, ...]:
         pieces = self._cache.get(chunk)
         if pieces is None:
-            pieces = tuple(p for w in _basic_chunk(chunk, self.do_lower_case)
-                           for p in self.wordpiece(w))
+            pieces = self._pieces(chunk)
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[chunk] = pieces
@@ -147,3 +188,84 @@ class WordPieceTokenizer:
         for chunk in clean_text(text).split():
             out.extend(self._chunk(chunk))
         return out
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``tokenize(text)`` (the hot path): per whitespace-separated chunk, a cache of
+        ids; a chunk not seen before is split into words, looked up in a second cache (chunks
+        differ mostly in the punctuation around the same words)."""
+        cache = self._id_cache
+        get = cache.get
+        out: list[int] = []
+        extend = out.extend
+        for chunk in clean_text(text).split():
+            ids = get(chunk)
+            if ids is None:
+                ids = self._chunk_ids(chunk)
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                cache[chunk] = ids
+            extend(ids)
+        return out
+
+    def encode_lines(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` of many lines at once: (all ids, int32; ids per line, int32).
+
+        The lines are joined around a separator chunk and split once, and every chunk is
+        looked up in the chunk cache with C-level ``map``: no Python step per chunk. Chunks
+        not seen before are found with one set difference and encoded first."""
+        if not len(lines):
+            return np.zeros(0, np.int32), np.zeros(0, np.int32)
+        cache = self._id_cache
+        if _LINE_BREAK not in cache:
+            cache[_LINE_BREAK] = _LINE_BREAK_IDS
+        lower = self.do_lower_case
+        # Printable ASCII lines are lower-cased here, before the split, when the vocab is
+        # uncased (as BERT does per chunk, which is the same for ASCII): "The" and "the" are
+        # then one chunk, one cache entry. Other lines are cleaned; their chunks lower-case
+        # in _chunk_ids.
+        text = f" {_LINE_BREAK} ".join(
+            [(line.lower() if lower else line) if line.isascii() and line.isprintable()
+             else clean_text(line) for line in lines])
+        chunks = text.split()
+        try:
+            found = list(map(cache.__getitem__, chunks))
+        except KeyError:
+            missing = set(chunks).difference(cache)
+            if len(cache) + len(missing) > _CACHE_LIMIT:
+                cache.clear()
+                cache[_LINE_BREAK] = _LINE_BREAK_IDS
+                missing = set(chunks).difference(cache)
+            for chunk in missing:
+                cache[chunk] = self._chunk_ids(chunk)
+            found = list(map(cache.__getitem__, chunks))
+        ids = np.fromiter(chain.from_iterable(found), np.int32)
+        breaks = np.flatnonzero(ids == -1)
+        counts = np.diff(breaks, prepend=-1, append=len(ids)) - 1
+        return ids[ids != -1], counts.astype(np.int32)
+
+    def _encode_words(self, words: list[str]) -> list[int]:
+        cache = self._word_ids
+        out: list[int] = []
+        for word in words:
+            ids = cache.get(word)
+            if ids is None:
+                ids = self._word_miss(word)
+            out.extend(ids)
+        return out
+
+    def _word_miss(self, word: str) -> tuple[int, ...]:
+        vocab = self.vocab
+        ids = tuple([vocab[p] for p in self.wordpiece(word)])
+        if len(self._word_ids) >= _CACHE_LIMIT:
+            self._word_ids.clear()
+        self._word_ids[word] = ids
+        return ids
+
+    def _chunk_ids(self, chunk: str) -> tuple[int, ...]:
+        """Ids of a chunk not seen before, through a second cache of words: chunks differ
+        mostly in the punctuation around the same words."""
+        if chunk.isascii() and chunk.isalnum():  # one word (no punctuation, no accents)
+            word = chunk.lower() if self.do_lower_case else chunk
+            ids = self._word_ids.get(word)
+            return self._word_miss(word) if ids is None else ids
+        return tuple(self._encode_words(_basic_chunk(chunk, self.do_lower_case)))

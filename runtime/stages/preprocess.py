@@ -1,15 +1,17 @@
 """The preprocess stage: BERT pretraining records in seqio's cache layout.
 
 See docs/STAGES.md ("preprocess") and tasks/pretraining_shards.py. Shards are built in
-parallel worker processes (spawn context: no TensorFlow in them, nothing inherited); each
-worker writes its own TFRecord file, and this process writes info.*.json and stats.*.json.
+parallel worker processes (forked when nothing unsafe to fork is loaded, else spawned: never
+with TensorFlow in them); each worker writes its own TFRecord file, and this process writes
+info.*.json and stats.*.json.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import multiprocessing
 import os
+import sys
+import threading
 import time
 
 from runexp.compiler.errors import UserError
@@ -17,7 +19,7 @@ from runexp.runtime.context import StageContext
 from runexp.tasks import records
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob, ShardStats,
                                              write_shard)
-from runexp.tasks.text_files import expand_globs
+from runexp.tasks.text_files import InputIssues, expand_globs
 
 SPLITS = ("train", "validation")
 
@@ -36,14 +38,24 @@ def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int) -> list
 
 
 def _check_vocab_casing(ctx: StageContext) -> None:
-    from runexp.tasks.tokenizer import load_tokenizer
-    tokenizer = load_tokenizer(ctx.inputs["vocab_dir"])
+    from runexp.tasks.pretraining_shards import cached_tokenizer
+    tokenizer = cached_tokenizer(ctx.inputs["vocab_dir"])  # forked workers inherit it
     wanted = ctx.params.get("do_lower_case")
     if wanted is not None and bool(wanted) != tokenizer.do_lower_case:
         raise UserError(
             f"preprocess do_lower_case={wanted} but the vocab in {ctx.inputs['vocab_dir']} "
             f"was built with do_lower_case={tokenizer.do_lower_case}\n"
             "  hint: set DO_LOWER_CASE to match the vocab")
+
+
+def _start_method() -> str:
+    """"fork" when it is safe (no TensorFlow loaded, no other thread): workers start in
+    milliseconds with the modules already imported; "spawn" otherwise (a fresh interpreter,
+    nothing inherited). The output is the same either way."""
+    if ("fork" in multiprocessing.get_all_start_methods() and "tensorflow" not in sys.modules
+            and threading.active_count() == 1):
+        return "fork"
+    return "spawn"
 
 
 def run(ctx: StageContext) -> dict:
@@ -73,11 +85,12 @@ def run(ctx: StageContext) -> dict:
         for job in jobs:
             collect(write_shard(job))
     else:
-        with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
             for result in pool.imap_unordered(write_shard, jobs):
                 collect(result)
 
     summary: dict = {}
+    issues = InputIssues()
     for split in SPLITS:
         if not any(j.split == split for j in jobs):
             continue
@@ -86,11 +99,17 @@ def run(ctx: StageContext) -> dict:
                            config.max_predictions_per_seq)
         records.write_stats(ctx.work_dir, split, {
             "examples": s.instances, "input_ids_tokens": s.tokens,
-            "masked_lm_ids_tokens": s.masked, **dataclasses.asdict(s)})
+            "masked_lm_ids_tokens": s.masked, **s.counts(),
+            "bad_input": s.issues.summary()})
         summary[split] = {"documents": s.documents, "instances": s.instances,
                           "tokens": s.tokens, "masked": s.masked}
+        issues.add(s.issues)
     unk = sum(t.unk_tokens for t in totals.values())
     tokens = sum(t.document_tokens for t in totals.values())
     summary["unk_rate"] = unk / max(tokens, 1)
+    # Bad input is counted, never fatal and never silent: in the summary and on the console.
+    summary["bad_input"] = issues.summary()
+    for line in issues.describe():
+        ctx.progress("WARNING: skipped or repaired bad input: " + line)
     summary["seconds"] = round(time.monotonic() - start, 2)
     return summary

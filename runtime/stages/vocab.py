@@ -33,7 +33,8 @@ def run(ctx: StageContext) -> dict:
     # Held-out text when there is some; else a train sample (then the UNK rate is optimistic).
     diag_files = expand_globs(heldout_patterns) if heldout_patterns else train_files
     lines = sample_lines(diag_files, _DIAGNOSTIC_LINES, p["seed"] + 1)
-    report = spm_vocab.write_report(ctx.work_dir, vocab_type, p["do_lower_case"], lines)
+    report = spm_vocab.write_report(ctx.work_dir, vocab_type, p["do_lower_case"], lines,
+                                    "held-out text" if heldout_patterns else "a train sample")
     if "warning" in report:
         ctx.progress("WARNING: " + report["warning"])
     summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}

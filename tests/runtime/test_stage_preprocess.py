@@ -88,3 +88,49 @@ def test_rejects_vocab_casing_mismatch(tmp_path):
     vocab_dir = make_inputs(tmp_path)
     with pytest.raises(UserError, match="do_lower_case"):
         run_stage(tmp_path, "pre", vocab_dir, do_lower_case=False)
+
+
+def test_reports_bad_input_without_failing(tmp_path):
+    vocab_dir = make_inputs(tmp_path)
+    with open(tmp_path / "train.txt", "ab") as f:
+        f.write(b"\n\nA line with \xff bad bytes in it.\n" + b"z" * ((1 << 20) + 1) + b"\n")
+    (tmp_path / "valid.txt").write_bytes(b"")
+    messages = []
+    out = tmp_path / "bad"
+    out.mkdir()
+    stage = Stage(id="bad", kind="preprocess", output_dir=str(out), params=dict(
+        task="t_bad", max_seq_length=32, max_predictions_per_seq=5, masked_lm_prob=0.15,
+        dupe_factor=1, random_seed=3, num_shards=2, num_workers=1), inputs=dict(
+        train_files=[str(tmp_path / "train.txt")], validation_files=[str(tmp_path / "valid.txt")],
+        vocab_dir=vocab_dir))
+    summary = preprocess.run(StageContext(stage, Plan("t", str(tmp_path), (stage,)), str(out),
+                                          progress=messages.append))
+    bad = summary["bad_input"]
+    train = str(tmp_path / "train.txt")
+    assert bad["non_utf8_lines"]["count"] == 1 and bad["giant_lines"]["count"] == 1
+    assert bad["non_utf8_lines"]["samples"][0].startswith(train + ":")
+    assert bad["empty_files"] == {"count": 1, "samples": [str(tmp_path / "valid.txt") + ":0"]}
+    assert summary["train"]["instances"] > 0 and summary["validation"]["instances"] == 0
+    warnings = [m for m in messages if m.startswith("WARNING")]
+    assert len(warnings) == 3 and any("giant lines" in w for w in warnings)
+    stats = json.loads((out / "stats.train.json").read_text())
+    assert stats["bad_input"]["giant_lines"]["count"] == 1
+
+
+@pytest.mark.parametrize("objective", ["sop", "none"])
+def test_pair_objectives_and_ngrams_reach_the_records(tmp_path, objective):
+    vocab_dir = make_inputs(tmp_path)
+    out, summary = run_stage(tmp_path, "pre_" + objective, vocab_dir, pair_objective=objective,
+                             ngram_max=3, whole_word_masking=False, num_workers=1)
+    spec = {k: tf.io.FixedLenFeature([32], tf.int64) for k in ("input_mask", "segment_ids")}
+    spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
+    files = sorted(str(p) for p in out.glob("train.tfrecord-*"))
+    parsed = list(tf.data.TFRecordDataset(files).map(
+        lambda r: tf.io.parse_single_example(r, spec)).as_numpy_iterator())
+    labels = [p["next_sentence_labels"][0] for p in parsed]
+    has_b = [p["segment_ids"].sum() > 0 for p in parsed]
+    if objective == "none":
+        assert not any(labels) and not any(has_b)
+    else:
+        assert all(has_b) and 0.3 < sum(labels) / len(labels) < 0.7
+    assert summary["train"]["masked"] > 0

@@ -49,3 +49,12 @@ def test_adopts_a_wordpiece_vocab_and_warns_on_unk(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "vocab.txt"]
     assert summary["type"] == "wordpiece" and summary["vocab_size"] == 7
     assert summary["unk_rate"] > 0.5 and "UNK rate" in summary["warning"]
+    assert "on held-out text is above 1%" in summary["warning"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["warning"] == summary["warning"]
+
+
+def test_no_warning_below_one_percent(tmp_path):
+    out, summary = run_stage(tmp_path, "vocab_ok")
+    assert summary["unk_rate"] < 0.01 and "warning" not in summary
+    assert "warning" not in json.loads((out / "report.json").read_text())

@@ -5,7 +5,7 @@ import sys
 
 LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "spm_vocab", "text_files",
          "masking", "pretraining_instances", "pretraining_shards", "example_proto", "records",
-         "classification"]
+         "classification", "inspect"]
 
 
 def test_light_modules_do_not_import_tensorflow_or_seqio():
