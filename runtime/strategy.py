@@ -1,8 +1,9 @@
 """The tf.distribute strategy for a plan's accelerator dict.
 
 - ``{"type": "cpu"}``: TF's default strategy (one device, no distribution overhead);
-  ``{"type": "cpu", "replicas": n}``: MirroredStrategy over n logical CPUs (tests the
-  multi-replica path; must be asked before TensorFlow runs anything).
+  ``{"type": "cpu", "replicas": n}``: MirroredStrategy over n logical CPUs (the CPU test
+  profile: n = 8 runs the per-replica code of a v3-8; must be asked before TensorFlow runs
+  anything, see ``split_cpu``).
 - ``{"type": "gpu", "devices": [...]?}``: MirroredStrategy over the local GPUs (or the
   devices named).
 - ``{"type": "tpu", "name": "<tpu name or grpc://address>", "zone"?, "project"?}``:
@@ -37,6 +38,28 @@ def configure_threads(intra_op: int | None = None, inter_op: int | None = None) 
         return False
 
 
+def split_cpu(replicas: int) -> list[str]:
+    """Splits the CPU into at least ``replicas`` logical devices; returns the first
+    ``replicas`` device names.
+
+    Must run before TensorFlow executes its first op, unless the split was already made
+    (then it is reused: several stages, or a 1-replica and an 8-replica run, can share one
+    process).
+    """
+    cpus = tf.config.list_physical_devices("CPU")
+    current = tf.config.get_logical_device_configuration(cpus[0]) or []
+    if len(current) < replicas:
+        try:
+            tf.config.set_logical_device_configuration(
+                cpus[0], [tf.config.LogicalDeviceConfiguration()] * replicas)
+        except RuntimeError as e:
+            raise RuntimeError(
+                f"cannot split the CPU into {replicas} logical devices: TensorFlow already "
+                f"started in this process with {max(len(current), 1)}; split it first "
+                "(runexp.runtime.strategy.split_cpu) or run in a fresh process") from e
+    return [f"/cpu:{i}" for i in range(replicas)]
+
+
 def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strategy:
     """Returns the strategy the accelerator dict asks for (see the module docstring)."""
     accelerator = dict(accelerator or {})
@@ -46,11 +69,7 @@ def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strate
         if replicas > 1:
             # Logical CPUs split before TF starts: runs the multi-replica code path (per-
             # replica batches, gradient all-reduce) on a machine without accelerators.
-            cpus = tf.config.list_physical_devices("CPU")
-            tf.config.set_logical_device_configuration(
-                cpus[0], [tf.config.LogicalDeviceConfiguration()] * replicas)
-            return tf.distribute.MirroredStrategy(
-                [f"/cpu:{i}" for i in range(replicas)])
+            return tf.distribute.MirroredStrategy(split_cpu(replicas))
         return tf.distribute.get_strategy()
     if kind == "gpu":
         gpus = tf.config.list_logical_devices("GPU")
@@ -68,6 +87,11 @@ def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strate
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
     raise ValueError(f"accelerator type must be one of 'cpu', 'gpu', 'tpu'; got {kind!r}")
+
+
+def is_tpu(accelerator: Mapping[str, Any] | None) -> bool:
+    """Whether the accelerator dict names a TPU (every step is XLA-compiled there)."""
+    return str((accelerator or {}).get("type", "cpu")).lower() == "tpu"
 
 
 def accelerator_of(ctx) -> Mapping[str, Any]:

@@ -149,3 +149,23 @@ def test_kill_during_pretraining_then_rerun_resumes(finished):
                          capture_output=True, text=True)
     assert "~ pretrain  (pretrain)  will be rebuilt" in dry.stdout
     assert f"train_steps (20) is below the step of the existing checkpoints ({target})" in dry.stdout
+
+
+@pytest.mark.slow
+def test_wall_time_budget_stops_with_a_checkpoint_and_exit_code_124(finished):
+    root, _ = finished
+    before = _latest_step(root)
+    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
+            f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL]
+    # A budget already spent when training starts: it must stop at once, with a checkpoint.
+    proc = subprocess.run(args + ["--gin_param=TRAIN_STEPS=100000",
+                                  "--gin_param=experiment.wall_time_hours=0.0001"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 124, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "stopped: training stopped by the wall-time budget" in proc.stderr
+    assert not os.path.exists(os.path.join(root, "pretrain", "COMPLETED"))
+    # The step reached is checkpointed: the message names that checkpoint.
+    latest = _latest_step(root)
+    assert latest >= before
+    assert f"at step {latest}; latest checkpoint: " in proc.stderr
+    assert f"ckpt-{latest}" in proc.stderr

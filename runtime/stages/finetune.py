@@ -6,6 +6,10 @@ Contract (docs/STAGES.md): params ``task``, ``labels``, ``model``, ``batch_size`
 ``checkpoint_dir``. Writes ``checkpoints/``, ``metrics.json`` (``accuracy``,
 ``majority_baseline``, ``num_labels``, ``dev_examples``, ``train_examples``),
 ``predictions.tsv``.
+
+Optional params, as the pretrain stage reads them (runtime/stages/pretrain.py):
+``optimizer``, ``weight_decay``, ``decay``, ``decay_power``, ``end_learning_rate``,
+``clip_norm``, ``grad_accum_steps``, ``compute_dtype``, ``jit_compile``, ``deadline_unix``.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import tensorflow as tf
 
 from runexp.runtime import checkpoints, strategy as strategy_lib
 from runexp.runtime.model import BertClassifier, BertConfig
-from runexp.runtime.optimizer import AdamW, WarmupLinearDecay
-from runexp.runtime.trainer import TrainLoopConfig, Trainer, classification_metrics
+from runexp.runtime.optimizer import optimizer_from_params
+from runexp.runtime.stages.pretrain import training_options
+from runexp.runtime.trainer import Trainer, classification_metrics
 from runexp.tasks.classification import encode_examples, labels_of, load_examples
 from runexp.tasks.tokenizer import load_tokenizer
 
@@ -80,22 +85,20 @@ def run(ctx) -> dict:
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"model.vocab_size {config.vocab_size} is smaller than the vocab's "
                          f"{tokenizer.vocab_size} tokens")
+    log_every = int(p.get("log_every") or max(1, min(100, train_steps // 5)))
+    loop_config = training_options(p, train_steps, batch_size, steps_per_loop=log_every,
+                                   log_every=log_every, checkpoint_every=train_steps,
+                                   keep_checkpoints=1)
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
+    xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
-        model = BertClassifier(config, num_labels=len(labels), seed=seed)
-        optimizer = AdamW(WarmupLinearDecay(p["learning_rate"], p.get("warmup_steps", 0),
-                                            train_steps),
-                          weight_decay=p.get("weight_decay", 0.01))
+        model = BertClassifier(config, num_labels=len(labels),
+                               compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla)
+        optimizer = optimizer_from_params(p, train_steps, config.hidden_size)
     pretrained = checkpoints.restore_encoder(model.encoder, inputs["checkpoint_dir"])
     ctx.progress(f"encoder from {pretrained}; {len(train)} train / {len(dev)} dev examples, "
                  f"{len(labels)} labels")
 
-    log_every = int(p.get("log_every") or max(1, min(100, train_steps // 5)))
-    loop_config = TrainLoopConfig(
-        train_steps=train_steps, batch_size=batch_size,
-        steps_per_loop=int(p.get("steps_per_loop") or log_every), log_every=log_every,
-        checkpoint_every=int(p.get("checkpoint_every") or train_steps),
-        keep_checkpoints=int(p.get("keep_checkpoints") or 1))
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=classification_metrics, progress=ctx.progress,
                       on_checkpoint=ctx.sync)

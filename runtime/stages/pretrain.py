@@ -7,13 +7,26 @@ Contract (docs/STAGES.md): params ``model``, ``batch_size``, ``train_steps``,
 ``vocab_dir``. Writes ``checkpoints/``, ``tensorboard/``, ``bert_config.json``,
 ``train_log.jsonl``. Re-running with checkpoints present continues from the latest.
 
-Optional params beyond the contract: ``compute_dtype`` ("float32", or "bfloat16" for
-bfloat16 matmuls with float32 variables: ~1.1-2x faster on CPUs with AMX, the TPU way) and
-``jit_compile`` (XLA for the gradient computation; not faster for bigger models on CPU).
+Optional params beyond the contract (``ctx.params.get`` with these defaults, so older
+plans run unchanged; see ``training_options``):
+
+- ``optimizer`` ("adamw" | "lamb" | "amos", "adamw"), ``decay`` ("linear" | "polynomial",
+  "linear"), ``decay_power`` (float, 1.0), ``end_learning_rate`` (float, 0.0),
+  ``clip_norm`` (float, 1.0; 0 = off), ``grad_accum_steps`` (int >= 1, 1);
+- ``compute_dtype`` ("float32"; "bfloat16": bfloat16 matmuls, float32 variables, the TPU
+  way and ~1.1-2x faster on CPUs with AMX; "mixed_float16": float16 matmuls with dynamic
+  loss scaling, for GPUs), ``jit_compile`` (bool, False: XLA for the gradient computation
+  and the update; 20-35% faster steps on CPU, bench/train.py);
+- ``eval_every`` (int, 0 = off: held-out MLM/NSP metrics every n steps when the data has a
+  validation split), ``eval_examples`` (int, 2048: examples per such evaluation);
+- ``deadline_unix`` (float or None): stop with a checkpoint before this time.time() and
+  raise ``preemption.DeadlineReached``. SIGTERM always stops with a checkpoint at the next
+  step and raises ``preemption.Preempted``.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 
@@ -21,7 +34,7 @@ import tensorflow as tf
 
 from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
 from runexp.runtime.model import BertConfig, BertPretrainer, count_parameters
-from runexp.runtime.optimizer import AdamW, WarmupLinearDecay
+from runexp.runtime.optimizer import optimizer_from_params
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
 
 CONFIG_FILE = "bert_config.json"
@@ -48,6 +61,31 @@ def check_vocab(config: BertConfig, vocab_dir: str | None) -> None:
                              f"{tokens} tokens: token ids would fall outside the embeddings")
 
 
+def training_options(p, train_steps: int, batch_size: int, **defaults) -> TrainLoopConfig:
+    """The loop options a training stage's params hold (see the module docstring)."""
+    grad_accum = p.get("grad_accum_steps")
+    grad_accum = 1 if grad_accum is None else int(grad_accum)
+    if grad_accum < 1:
+        raise ValueError(f"grad_accum_steps must be >= 1; got {grad_accum}")
+    deadline = p.get("deadline_unix")
+    return TrainLoopConfig(
+        train_steps=train_steps, batch_size=batch_size,
+        steps_per_loop=int(p.get("steps_per_loop") or defaults.get("steps_per_loop", 100)),
+        log_every=int(p.get("log_every") or defaults.get("log_every", 100)),
+        checkpoint_every=int(p.get("checkpoint_every")
+                             or defaults.get("checkpoint_every", 1000)),
+        keep_checkpoints=int(p.get("keep_checkpoints") or defaults.get("keep_checkpoints", 3)),
+        jit_compile=bool(p.get("jit_compile", False)),
+        grad_accum_steps=grad_accum,
+        compute_dtype=p.get("compute_dtype") or "float32",
+        eval_every=int(p.get("eval_every") or 0),
+        deadline=None if deadline is None else float(deadline))
+
+
+def has_split(data_dir: str, split: str) -> bool:
+    return bool(glob.glob(os.path.join(data_dir, f"{split}.tfrecord-*")))
+
+
 def run(ctx) -> dict:
     p, inputs = ctx.params, ctx.inputs
     strategy_lib.configure_threads()
@@ -55,25 +93,30 @@ def run(ctx) -> dict:
     check_vocab(config, inputs.get("vocab_dir"))
     seed = int(p.get("seed", 0))
     tf.random.set_seed(seed)
+    train_steps, batch_size = int(p["train_steps"]), int(p["batch_size"])
+    loop_config = training_options(p, train_steps, batch_size)
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
+    xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
-        model = BertPretrainer(config, compute_dtype=p.get("compute_dtype") or "float32",
-                               seed=seed)
-        schedule = WarmupLinearDecay(p["learning_rate"], p.get("warmup_steps", 0),
-                                     p["train_steps"])
-        optimizer = AdamW(schedule, weight_decay=p.get("weight_decay", 0.01))
+        model = BertPretrainer(config, compute_dtype=loop_config.compute_dtype, seed=seed,
+                               xla=xla)
+        optimizer = optimizer_from_params(p, train_steps, config.hidden_size)
     write_bert_config(config, ctx.work_dir)
 
-    loop_config = TrainLoopConfig(
-        train_steps=int(p["train_steps"]), batch_size=int(p["batch_size"]),
-        steps_per_loop=int(p.get("steps_per_loop") or 100),
-        log_every=int(p.get("log_every") or 100),
-        checkpoint_every=int(p.get("checkpoint_every") or 1000),
-        keep_checkpoints=int(p.get("keep_checkpoints") or 3),
-        jit_compile=bool(p.get("jit_compile", False)))
+    seq, preds = int(p["max_seq_length"]), int(p["max_predictions_per_seq"])
+    eval_dataset = None
+    if loop_config.eval_every:
+        if has_split(inputs["data_dir"], "validation"):
+            eval_examples = int(p.get("eval_examples") or 2048)
+            eval_dataset = lambda: pretraining_data.pretraining_dataset(  # noqa: E731
+                inputs["data_dir"], "validation", batch_size=batch_size, max_seq_length=seq,
+                max_predictions_per_seq=preds, training=False, max_examples=eval_examples)
+        else:
+            ctx.progress(f"eval_every {loop_config.eval_every}: no validation split in "
+                         f"{inputs['data_dir']}; training without held-out evaluation")
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=pretraining_metrics, progress=ctx.progress,
-                      on_checkpoint=ctx.sync)
+                      on_checkpoint=ctx.sync, eval_dataset=eval_dataset)
 
     init_report = None
     has_checkpoint = trainer.manager.latest_checkpoint is not None
@@ -91,14 +134,16 @@ def run(ctx) -> dict:
             ctx.progress(f"  unused: {name}")
 
     ctx.progress(f"model: {count_parameters(model.google_variables()):,} parameters, "
-                 f"{strategy.num_replicas_in_sync} replica(s)")
+                 f"{strategy.num_replicas_in_sync} replica(s), optimizer "
+                 f"{p.get('optimizer') or 'adamw'}, compute {loop_config.compute_dtype}"
+                 + (f", {loop_config.grad_accum_steps} micro-batches per step"
+                    if loop_config.grad_accum_steps > 1 else ""))
 
     def make_dataset(skip_batches: int):
         return pretraining_data.pretraining_dataset(
-            inputs["data_dir"], "train", batch_size=int(p["batch_size"]),
-            max_seq_length=int(p["max_seq_length"]),
-            max_predictions_per_seq=int(p["max_predictions_per_seq"]), seed=seed,
-            training=True, skip_batches=skip_batches)
+            inputs["data_dir"], "train", batch_size=batch_size, max_seq_length=seq,
+            max_predictions_per_seq=preds, seed=seed, training=True,
+            skip_batches=skip_batches)
 
     result = trainer.train(make_dataset)
     summary = {
@@ -112,6 +157,9 @@ def run(ctx) -> dict:
         "batches_consumed": int(trainer.batches_consumed.numpy()),
         "parameters": count_parameters(model.google_variables()),
     }
+    if result.get("eval"):
+        summary["eval"] = {k: result["eval"][k] for k in ("mlm_accuracy", "nsp_accuracy",
+                                                            "loss")}
     if init_report is not None:
         summary["init_checkpoint"] = init_report
     return summary

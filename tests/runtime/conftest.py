@@ -151,11 +151,12 @@ def pretrain_params(**overrides) -> dict:
 
 @pytest.fixture(scope="session")
 def pretrained(pretrain_data, tmp_path_factory):
-    """A pretrain stage dir trained for 120 steps on the tiny data: (work_dir, summary)."""
+    """A pretrain stage dir trained for 120 steps on the tiny data, evaluated on the held-out
+    split at steps 60 and 120: (work_dir, summary)."""
     from runexp.runtime.stages import pretrain
 
     data_dir, vocab_dir = pretrain_data
     work_dir = str(tmp_path_factory.mktemp("pretrained") / "pretrain")
-    ctx = make_ctx("pretrain", pretrain_params(),
+    ctx = make_ctx("pretrain", pretrain_params(eval_every=60),
                    {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir)
     return work_dir, pretrain.run(ctx)

@@ -1,0 +1,114 @@
+"""Relaunching a command that was preempted.
+
+``run_with_relaunch`` runs a command (the CLI passes the runexp command line, run in a
+child process) and starts it again each time it exits with ``EXIT_PREEMPTED`` (75: a
+SIGTERM stopped training after a checkpoint), so a run on preemptible machines continues
+from its latest checkpoint without a person. Any other exit code, including
+``EXIT_DEADLINE`` (the wall-time budget is spent), ends it. Standard library only: the CLI
+can call it without importing TensorFlow.
+
+Usage:
+    code = run_with_relaunch([sys.executable, "-m", "runexp.compiler.cli", *args],
+                             max_attempts=5, backoff_s=30.0)
+    sys.exit(code)
+
+If this process itself gets SIGTERM or SIGINT it passes the signal on to the child and
+relaunches nothing more: the machine (or the person) is stopping everything.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Sequence
+
+# The same numbers as runexp.runtime.preemption (which imports TensorFlow; this module
+# must not).
+EXIT_PREEMPTED = 75
+EXIT_DEADLINE = 124
+# Longest wait between attempts, whatever backoff_s and the attempt number say.
+MAX_BACKOFF_S = 600.0
+
+
+def backoff_seconds(backoff_s: float, attempt: int) -> float:
+    """Wait before relaunch number ``attempt`` (1, 2, ...): backoff_s doubled each time,
+    at most MAX_BACKOFF_S."""
+    return min(float(backoff_s) * 2 ** (attempt - 1), MAX_BACKOFF_S)
+
+
+def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
+                      say: Callable[[str], None] | None = None) -> int:
+    """Runs ``argv`` until it exits with anything but EXIT_PREEMPTED, at most
+    ``max_attempts`` times in all.
+
+    Args:
+      argv: the command and its arguments.
+      max_attempts: launches in all (the first included), >= 1.
+      backoff_s: seconds before the first relaunch; doubled for each further one (capped
+        at MAX_BACKOFF_S).
+      say: where the one line per relaunch goes (default: stderr).
+
+    Returns:
+      The exit code of the last launch (EXIT_PREEMPTED if every attempt was preempted; a
+      negative number -N if it was killed by signal N, as subprocess reports it).
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1; got {max_attempts}")
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    command = shlex.join(argv)
+    state = {"child": None, "stopping": None}
+    stop_event = threading.Event()
+
+    def forward(signum, frame):
+        state["stopping"] = signum
+        stop_event.set()
+        child = state["child"]
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = {}
+    if in_main:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, forward)
+    try:
+        attempt = 1
+        while True:
+            state["child"] = subprocess.Popen(argv)
+            code = state["child"].wait()
+            state["child"] = None
+            if code != EXIT_PREEMPTED or state["stopping"] is not None:
+                return code
+            if attempt >= max_attempts:
+                say(f"runexp: attempt {attempt}/{max_attempts} was preempted (exit "
+                    f"{EXIT_PREEMPTED}); no attempts left, giving up. Run the same command "
+                    "again to continue from the latest checkpoint.")
+                return code
+            wait = backoff_seconds(backoff_s, attempt)
+            say(f"runexp: attempt {attempt}/{max_attempts} was preempted (exit "
+                f"{EXIT_PREEMPTED}); relaunching in {wait:g} s (attempt {attempt + 1}/"
+                f"{max_attempts}): {command}")
+            if stop_event.wait(wait):
+                return code
+            attempt += 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def main(args: Sequence[str] | None = None) -> int:
+    """``python -m runexp.runtime.relaunch MAX_ATTEMPTS BACKOFF_S -- COMMAND...``"""
+    args = list(sys.argv[1:] if args is None else args)
+    if len(args) < 4 or args[2] != "--":
+        print("usage: python -m runexp.runtime.relaunch MAX_ATTEMPTS BACKOFF_S -- COMMAND...",
+              file=sys.stderr)
+        return 2
+    return run_with_relaunch(args[3:], int(args[0]), float(args[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""The training loop in one process: gradient accumulation, XLA, compute dtypes, the
+deadline, the SIGTERM watcher, held-out evaluation and TensorBoard scalars."""
+
+import glob
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
+                      pretrain_params)
+from runexp.runtime import checkpoints
+from runexp.runtime.model import BertConfig, BertPretrainer
+from runexp.runtime.optimizer import optimizer_from_params
+from runexp.runtime.preemption import DeadlineReached, PreemptionWatcher
+from runexp.runtime.stages import pretrain
+from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
+
+NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def _batch(n: int, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    rows = [make_instance(rng, TINY_MODEL["vocab_size"], TINY_SEQ, TINY_PRED) for _ in range(n)]
+    return {k: np.array([r[k] for r in rows], np.float32 if k == "masked_lm_weights"
+                        else np.int32) for k in rows[0]}
+
+
+def _train_on(batch: dict, work_dir: str, steps: int = 2, optimizer: str = "adamw",
+              model_config: dict = NO_DROPOUT, **loop) -> tuple[dict, list]:
+    """Trains a fresh seeded tiny model (by default without dropout) on ``batch`` repeated,
+    logging every step; (its weights, the train_log records)."""
+    tf.random.set_seed(0)
+    model = BertPretrainer(BertConfig.from_dict(model_config), xla=loop.get("jit_compile", False))
+    opt = optimizer_from_params({"optimizer": optimizer, "learning_rate": 1e-3}, 100, 32)
+    config = TrainLoopConfig(train_steps=steps, batch_size=len(batch["input_ids"]),
+                             steps_per_loop=steps, log_every=1, checkpoint_every=steps,
+                             **loop)
+    trainer = Trainer(tf.distribute.get_strategy(), model, opt, work_dir, config,
+                      pretraining_metrics, progress=lambda _: None)
+    trainer.train(lambda skip: tf.data.Dataset.from_tensors(batch).repeat())
+    with open(os.path.join(work_dir, "train_log.jsonl")) as f:
+        log = [json.loads(line) for line in f]
+    return {n: v.numpy() for n, v in model.google_variables().items()}, log
+
+
+def test_gradient_accumulation_gives_the_whole_batch_update(tmp_path):
+    # Masked positions differ per example, so equal updates need the loss of every
+    # micro-batch divided by the whole batch's totals.
+    batch = _batch(8)
+    whole, whole_log = _train_on(batch, str(tmp_path / "k1"))
+    for k in (2, 4):
+        split, log = _train_on(batch, str(tmp_path / f"k{k}"), grad_accum_steps=k)
+        for a, b in zip(log, whole_log):
+            # The pre-clipping gradient norm and the loss: the same sums in another order.
+            assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-5)
+            assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+        for name, value in whole.items():
+            # Adam turns a gradient error dg into at most lr * (1 - beta1) * dg / epsilon
+            # = 100 dg per step; float32 sums in another order differ by dg <~ 1e-7 (the
+            # gradient's own scale is <= 0.3), hence 2e-5 for two steps. A wrong split or
+            # normalisation moves weights by ~lr = 1e-3.
+            np.testing.assert_allclose(split[name], value, atol=2e-5, err_msg=f"k={k} {name}")
+    with pytest.raises(ValueError, match="multiple of replicas .1. x grad_accum_steps .3."):
+        _train_on(batch, str(tmp_path / "k3"), grad_accum_steps=3)
+
+
+def test_xla_compiled_step_runs_on_cpu_and_matches(tmp_path):
+    batch = _batch(8, seed=1)
+    plain, plain_log = _train_on(batch, str(tmp_path / "plain"), optimizer="lamb")
+    xla, xla_log = _train_on(batch, str(tmp_path / "xla"), optimizer="lamb", jit_compile=True)
+    for a, b in zip(xla_log, plain_log):
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    for name, value in plain.items():
+        # XLA fuses and reorders float32 arithmetic (seen: 2e-7); bound as for accumulation.
+        np.testing.assert_allclose(xla[name], value, atol=2e-5, err_msg=name)
+    # With dropout: its masks come from ThreeFry keys drawn from the generator, inside the
+    # compiled function.
+    _, dropped = _train_on(batch, str(tmp_path / "drop"), model_config=TINY_MODEL,
+                           jit_compile=True)
+    assert np.isfinite(dropped[-1]["loss"]) and dropped[-1]["loss"] != xla_log[-1]["loss"]
+
+
+@pytest.mark.parametrize("compute_dtype", ["bfloat16", "mixed_float16"])
+def test_reduced_precision_trains_on_cpu(compute_dtype, pretrain_data, tmp_path):
+    data_dir, vocab_dir = pretrain_data
+    work_dir = str(tmp_path / "pt")
+    summary = pretrain.run(make_ctx("pretrain", pretrain_params(
+        train_steps=20, log_every=10, checkpoint_every=20, compute_dtype=compute_dtype),
+        {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir))
+    assert summary["step"] == 20 and np.isfinite(summary["loss"])
+    with open(os.path.join(work_dir, "train_log.jsonl")) as f:
+        log = [json.loads(line) for line in f]
+    assert log[-1]["loss"] < log[0]["loss"]
+    names = tf.train.load_checkpoint(
+        checkpoints.latest_checkpoint(os.path.join(work_dir, "checkpoints"))
+    ).get_variable_to_shape_map()
+    # Dynamic loss scaling (float16 only) is part of the checkpoint.
+    assert any(n.startswith("loss_scale/") for n in names) == (compute_dtype == "mixed_float16")
+    if compute_dtype == "mixed_float16":
+        assert 0 < log[-1]["loss_scale"] <= 2 ** 15
+
+
+@pytest.mark.parametrize("optimizer", ["lamb", "amos"])
+def test_pretrain_learns_with_lamb_and_amos(optimizer, pretrain_data, tmp_path):
+    data_dir, vocab_dir = pretrain_data
+    lr = {"lamb": 0.03, "amos": 0.1}[optimizer]
+    summary = pretrain.run(make_ctx("pretrain", pretrain_params(
+        train_steps=60, log_every=20, checkpoint_every=60, optimizer=optimizer,
+        learning_rate=lr, decay="polynomial", decay_power=0.5),
+        {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt")))
+    with open(tmp_path / "pt" / "train_log.jsonl") as f:
+        log = [json.loads(line) for line in f]
+    assert log[-1]["loss"] < log[0]["loss"] - 0.3, log
+
+
+def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path):
+    data_dir, vocab_dir = pretrain_data
+    inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
+    work_dir = str(tmp_path / "pt")
+    deadline = time.time() + 6.0
+    params = pretrain_params(train_steps=100_000, log_every=1000, checkpoint_every=1000,
+                             steps_per_loop=50, deadline_unix=deadline)
+    messages = []
+    with pytest.raises(DeadlineReached) as info:
+        pretrain.run(make_ctx("pretrain", params, inputs, work_dir, messages))
+    stopped_at = time.time()
+    e = info.value
+    assert stopped_at < deadline and e.exit_code == 124
+    assert e.step > 2 and e.checkpoint.endswith(f"ckpt-{e.step}")
+    assert checkpoints.latest_checkpoint(os.path.join(work_dir, "checkpoints")) == e.checkpoint
+    assert any("wall-time budget" in m for m in messages)
+    # A deadline already past stops at once, with nothing new to save.
+    with pytest.raises(DeadlineReached):
+        pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=time.time() - 1), inputs,
+                              work_dir))
+    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=e.step + 3,
+                                                     deadline_unix=None), inputs, work_dir))
+    assert resumed["resumed_from"] == e.checkpoint and resumed["steps_trained"] == 3
+    assert resumed["batches_consumed"] == e.step + 3
+
+
+def test_sigterm_watcher_sets_the_flag_and_restores_the_handler():
+    before = signal.getsignal(signal.SIGTERM)
+    with PreemptionWatcher() as watcher:
+        assert not bool(watcher.stop_requested.numpy())
+        os.kill(os.getpid(), signal.SIGTERM)
+        deadline = time.time() + 5
+        while not bool(watcher.stop_requested.numpy()) and time.time() < deadline:
+            time.sleep(0.01)
+        assert bool(watcher.stop_requested.numpy())
+        assert watcher.requested == "SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_tensorboard_has_gradient_norm_step_time_and_heldout_metrics(pretrained):
+    work_dir, summary = pretrained
+    tags = set()
+    for path in glob.glob(os.path.join(work_dir, "tensorboard", "events.out.tfevents.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            tags.update(v.tag for v in event.summary.value)
+    assert {"loss", "mlm_accuracy", "nsp_accuracy", "learning_rate", "grad_norm",
+            "step_time", "examples_per_second", "eval/mlm_accuracy", "eval/loss"} <= tags
+    with open(os.path.join(work_dir, "eval_log.jsonl")) as f:
+        evals = [json.loads(line) for line in f]
+    assert [r["step"] for r in evals] == [60, 120]
+    assert evals[-1]["mlm_accuracy"] > evals[0]["mlm_accuracy"] - 0.05
+    assert summary["eval"]["mlm_accuracy"] == evals[-1]["mlm_accuracy"] or \
+        summary["eval"]["mlm_accuracy"] == pytest.approx(evals[-1]["mlm_accuracy"], abs=1e-6)

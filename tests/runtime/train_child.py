@@ -1,0 +1,87 @@
+"""A training process for tests that kill, signal or split the CPU: runs stage handlers.
+
+    python train_child.py SPEC.json
+
+SPEC (JSON):
+  runs: [{"kind": "pretrain", "params": {...}, "inputs": {...}, "work_dir": "..."}, ...],
+    run in order in this one process; their summaries go to ``out``.
+  out: path of a JSON file written with the list of summaries when all runs finish.
+  split_cpu: n logical CPUs to make before TensorFlow starts (the 8-replica profile).
+  deterministic: call tf.config.experimental.enable_op_determinism().
+  batch_log: append one line per training step: a hash of the step's input_ids (written
+    inside the step, so it records what was consumed, not what was prefetched). A line
+    "START" is appended first.
+  step_sleep: seconds each training step also sleeps (lets a test hit a moment in time).
+
+Exit codes: 0 done; runexp.runtime.preemption's codes when a run raised Preempted (75) or
+DeadlineReached (124).
+"""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _log_batches(path: str, step_sleep: float) -> None:
+    import tensorflow as tf
+
+    from runexp.runtime.model import BertPretrainer
+
+    original = BertPretrainer.loss_stats
+
+    def loss_stats(self, features, training=False):
+        if training:
+            ids = tf.strings.as_string(tf.reshape(features["input_ids"], [-1]))
+            digest = tf.strings.to_hash_bucket_fast(tf.strings.reduce_join(ids, separator=","),
+                                                    2 ** 62)
+            tf.print(digest, output_stream=f"file://{path}")
+            if step_sleep:
+                tf.py_function(lambda: time.sleep(step_sleep) or 0, [], [tf.int32])
+        return original(self, features, training)
+
+    BertPretrainer.loss_stats = loss_stats
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from runexp.runtime import strategy as strategy_lib
+
+    if spec.get("split_cpu"):
+        strategy_lib.split_cpu(int(spec["split_cpu"]))
+    import tensorflow as tf
+
+    if spec.get("deterministic"):
+        tf.config.experimental.enable_op_determinism()
+    if spec.get("batch_log"):
+        with open(spec["batch_log"], "a") as f:
+            f.write("START\n")
+        _log_batches(spec["batch_log"], float(spec.get("step_sleep") or 0.0))
+
+    import importlib
+
+    from conftest import make_ctx
+    from runexp.runtime.preemption import Preempted
+
+    summaries = []
+    for run in spec["runs"]:
+        handler = importlib.import_module(f"runexp.runtime.stages.{run['kind']}")
+        ctx = make_ctx(run["kind"], run["params"], run["inputs"], run["work_dir"])
+        ctx.progress = lambda message: print(message, flush=True)
+        try:
+            summaries.append(handler.run(ctx))
+        except Preempted as e:
+            print(f"PREEMPTED {e}", flush=True)
+            return e.exit_code
+    if spec.get("out"):
+        with open(spec["out"], "w") as f:
+            json.dump(summaries, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
