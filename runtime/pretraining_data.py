@@ -17,19 +17,14 @@ import os
 
 import tensorflow as tf
 
+from runexp.tasks import records
+
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict:
-    """google-research/bert's ``run_pretraining.py`` feature spec."""
-    L, P = max_seq_length, max_predictions_per_seq
-    return {
-        "input_ids": tf.io.FixedLenFeature([L], tf.int64),
-        "input_mask": tf.io.FixedLenFeature([L], tf.int64),
-        "segment_ids": tf.io.FixedLenFeature([L], tf.int64),
-        "masked_lm_positions": tf.io.FixedLenFeature([P], tf.int64),
-        "masked_lm_ids": tf.io.FixedLenFeature([P], tf.int64),
-        "masked_lm_weights": tf.io.FixedLenFeature([P], tf.float32),
-        "next_sentence_labels": tf.io.FixedLenFeature([1], tf.int64),
-    }
+    """google-research/bert's ``run_pretraining.py`` feature spec, from the one definition of
+    the record layout (tasks/records.py)."""
+    return {name: tf.io.FixedLenFeature(shape, getattr(tf, dtype)) for name, (shape, dtype)
+            in records.feature_spec(max_seq_length, max_predictions_per_seq).items()}
 
 
 def split_files(data_dir: str, split: str) -> list[str]:
