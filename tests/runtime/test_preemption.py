@@ -27,7 +27,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from conftest import pretrain_params
+from runtime_testlib import pretrain_params
 from runexp.runtime import checkpoints
 
 CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import TINY_MODEL, pretrain_params
+from runtime_testlib import TINY_MODEL, pretrain_params
 from runexp.runtime import checkpoints
 
 CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from conftest import TINY_MODEL, make_ctx
+from runtime_testlib import TINY_MODEL, make_ctx
 from runexp.runtime.model import BertConfig, BertPretrainer
 from runexp.runtime.stages import export
 from runexp.runtime.checkpoints import restore_model

@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-from conftest import TINY_MODEL, make_ctx, write_vocab_dir
+from runtime_testlib import TINY_MODEL, make_ctx, write_vocab_dir
 from runexp.runtime.stages import finetune
 
 WORDS = ["good", "great", "fine", "nice", "bad", "awful", "poor", "sad", "the", "movie",

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import make_ctx, pretrain_params
+from runtime_testlib import make_ctx, pretrain_params
 from runexp.runtime import checkpoints, pretraining_data
 from runexp.runtime.stages import evaluate, pretrain
 

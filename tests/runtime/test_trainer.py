@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
+from runtime_testlib import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
                       pretrain_params)
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer

@@ -64,7 +64,7 @@ def main(spec_path: str) -> int:
 
     import importlib
 
-    from conftest import make_ctx
+    from runtime_testlib import make_ctx
     from runexp.runtime.preemption import Preempted
 
     summaries = []
