@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from typing import Callable, Sequence
 
 # The same numbers as runexp.runtime.preemption (which imports TensorFlow; this module

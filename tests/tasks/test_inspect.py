@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from runexp.tasks import inspect
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob, ShardStats,
+from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob,
                                              build_shard, cached_tokenizer, write_shard)
 from runexp.tasks.records import shard_path
 
