@@ -67,6 +67,8 @@ class WarmupDecay:
                  end_learning_rate: float = 0.0):
         if decay not in DECAYS:
             raise ValueError(f"decay must be one of {DECAYS}; got {decay!r}")
+        if decay == "polynomial" and not float(decay_power) > 0:
+            raise ValueError(f"decay_power must be > 0; got {decay_power!r}")
         self.peak = float(peak)
         self.warmup_steps = int(warmup_steps or 0)
         self.train_steps = max(int(train_steps), 1)

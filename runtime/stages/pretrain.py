@@ -15,8 +15,9 @@ plans run unchanged; see ``training_options``):
   ``clip_norm`` (float, 1.0; 0 = off), ``grad_accum_steps`` (int >= 1, 1);
 - ``compute_dtype`` ("float32"; "bfloat16": bfloat16 matmuls, float32 variables, the TPU
   way and ~1.1-2x faster on CPUs with AMX; "mixed_float16": float16 matmuls with dynamic
-  loss scaling, for GPUs), ``jit_compile`` (bool, False: XLA for the gradient computation
-  and the update; 20-35% faster steps on CPU, bench/train.py);
+  loss scaling, for GPUs), ``jit_compile`` (bool, False: the whole step compiled by XLA;
+  about 5-20% faster steps on CPU, bench/train.py; without it only the vocabulary
+  cross-entropy and, on one replica, the optimizer update are XLA-compiled);
 - ``eval_every`` (int, 0 = off: held-out MLM/NSP metrics every n steps when the data has a
   validation split), ``eval_examples`` (int, 2048: examples per such evaluation);
 - ``deadline_unix`` (float or None): stop with a checkpoint before this time.time() and
