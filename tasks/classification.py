@@ -19,6 +19,13 @@ from typing import Sequence
 
 import numpy as np
 
+from runexp.compiler.errors import UserError
+
+
+class DataFileError(UserError, ValueError):
+    """A malformed line of a classification file: the message starts with file:line. A
+    UserError, so a run reports it as bad input (exit 1, no traceback)."""
+
 Example = tuple[tuple[str, ...], str]  # (texts in text_fields order, label)
 
 
@@ -28,7 +35,7 @@ def _load_tsv(path: str, text_fields: Sequence[str], label_field: str) -> list[E
         header = f.readline().rstrip("\r\n").split("\t")
         missing = [c for c in (*text_fields, label_field) if c not in header]
         if missing:
-            raise ValueError(f"{path}:1: the header {header} has no column(s) {missing}")
+            raise DataFileError(f"{path}:1: the header {header} has no column(s) {missing}")
         columns = [header.index(c) for c in text_fields]
         label_column = header.index(label_field)
         for number, line in enumerate(f, start=2):
@@ -37,7 +44,7 @@ def _load_tsv(path: str, text_fields: Sequence[str], label_field: str) -> list[E
                 continue
             row = line.split("\t")
             if len(row) != len(header):
-                raise ValueError(f"{path}:{number}: {len(row)} tab-separated fields, the header "
+                raise DataFileError(f"{path}:{number}: {len(row)} tab-separated fields, the header "
                                  f"has {len(header)}")
             examples.append((tuple(row[c] for c in columns), row[label_column]))
     return examples
@@ -52,12 +59,12 @@ def _load_jsonl(path: str, text_fields: Sequence[str], label_field: str) -> list
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{number}: not JSON: {e.msg}") from None
+                raise DataFileError(f"{path}:{number}: not JSON: {e.msg}") from None
             if not isinstance(row, dict):
-                raise ValueError(f"{path}:{number}: expected a JSON object")
+                raise DataFileError(f"{path}:{number}: expected a JSON object")
             missing = [c for c in (*text_fields, label_field) if c not in row]
             if missing:
-                raise ValueError(f"{path}:{number}: missing field(s) {missing}")
+                raise DataFileError(f"{path}:{number}: missing field(s) {missing}")
             examples.append((tuple(str(row[c]) for c in text_fields), str(row[label_field])))
     return examples
 
