@@ -31,6 +31,10 @@ class Accelerator:
 
 ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in [
     Accelerator("cpu", "cpu", 1, memory_gb_per_replica=16, peak_tflops_per_replica=0.2),
+    # The CPU split into 8 logical devices: runs the per-replica code of a v3-8 (per-replica
+    # batches, gradient all-reduce, metric aggregation) on any machine, to test a TPU
+    # experiment's batch and loss arithmetic before paying for the TPU.
+    Accelerator("cpu_x8", "cpu", 8, memory_gb_per_replica=2, peak_tflops_per_replica=0.025),
     Accelerator("gpu", "gpu", 1, memory_gb_per_replica=16, peak_tflops_per_replica=65,
                 usd_per_hour=0.35, usd_per_hour_preemptible=0.14),
     Accelerator("a100", "gpu", 1, memory_gb_per_replica=40, peak_tflops_per_replica=312,

@@ -281,12 +281,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             import dataclasses
             import json
 
-            from runexp.compiler.estimates import estimate
+            from runexp.compiler.estimates import estimates
 
             d = plan.to_dict()
             d["actions"] = {k: {"action": s.action, "reason": s.reason} for k, s in states.items()}
-            est = estimate(plan)
-            d["estimates"] = dataclasses.asdict(est) if est else None
+            d["estimates"] = {k: dataclasses.asdict(e) for k, e in estimates(plan).items()}
             print(json.dumps(d, indent=2, sort_keys=True))
         else:
             print(render_plan(plan, states, dry_run=True))

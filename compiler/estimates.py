@@ -1,11 +1,12 @@
-"""What a pretraining run will cost, before it runs: parameters, FLOPs, tokens, epochs, time,
-money and memory, from the plan and the accelerator profile.
+"""What a training stage (pretrain, finetune) will cost, before it runs: parameters, FLOPs,
+tokens, epochs, time, money and memory, from the plan and the accelerator profile.
 
 How FLOPs are counted (per training step; a multiply-add is 2 FLOPs; backward = 2 x forward):
   per token and layer: 8 h^2 (Q, K, V, output projections) + 4 h i (feed-forward)
                        + 4 s h (attention scores and weighted sum)
   per masked position: 2 h^2 + 2 h V (MLM transform and decoder)
   train step = 3 x batch x (s x layers x per-token-layer + predictions x per-position)
+  (a fine-tune has no masked positions; its classifier's FLOPs are negligible)
 Wall time assumes the model-FLOPs utilisation in ASSUMED_MFU of the profile's peak; it is
 an estimate to compare runs and catch mistakes of 10x, not a promise.
 """
@@ -126,17 +127,34 @@ def _instances(plan: Plan) -> tuple[Optional[int], str]:
     return int(per_pass * pre.params["dupe_factor"]), f"estimated from {size / 1e6:.1f} MB of text"
 
 
-def estimate(plan: Plan) -> Optional[Estimate]:
-    """Estimates the pretrain stage of `plan`; None when the plan has none."""
-    pre = next((s for s in plan.stages if s.kind == "pretrain"), None)
-    if pre is None:
+def _finetune_examples(stage) -> tuple[Optional[int], str]:
+    """Training examples of a fine-tune: lines of a local train file (minus a TSV header)."""
+    path = stage.inputs.get("train_file")
+    if not isinstance(path, str) or uris.is_gcs(path) or not os.path.isfile(path) \
+            or os.path.getsize(path) > 64 << 20:
+        return None, ""
+    with open(path, "rb") as f:
+        lines = sum(1 for line in f if line.strip())
+    header = 0 if path.endswith((".jsonl", ".json")) else 1
+    return max(0, lines - header), "lines of the train file"
+
+
+def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
+    """Estimates one training stage of `plan` (pretrain or finetune.NAME); None when the plan
+    has no such stage or its model is known only at run time."""
+    stage = next((s for s in plan.stages if s.id == stage_id), None)
+    if stage is None or stage.kind not in ("pretrain", "finetune"):
         return None
-    p, model, accel = pre.params, pre.params["model"], plan.accelerator
+    p, model, accel = stage.params, stage.params["model"], plan.accelerator
     if model.get("vocab_size") is None:
         return None  # an adopted vocab on gs:// is only counted at run time
     seq, batch = p["max_seq_length"], p["batch_size"]
-    flops = train_flops_per_example(model, seq, p["max_predictions_per_seq"]) * batch
-    instances, source = _instances(plan)
+    predictions = p.get("max_predictions_per_seq") or 0
+    flops = train_flops_per_example(model, seq, predictions) * batch
+    if stage.kind == "pretrain":
+        instances, source = _instances(plan)
+    else:
+        instances, source = _finetune_examples(stage)
     hours = usd = usd_pre = None
     if accel:
         rate = accel["replicas"] * accel["peak_tflops_per_replica"] * 1e12 * ASSUMED_MFU[accel["type"]]
@@ -155,3 +173,13 @@ def estimate(plan: Plan) -> Optional[Estimate]:
         hours=hours, usd=usd, usd_preemptible=usd_pre,
         memory_gb_per_replica=memory_gb(model, max(1, math.ceil(batch / replicas)), seq),
     )
+
+
+def estimates(plan: Plan) -> dict[str, Estimate]:
+    """{stage id: Estimate} for every training stage that can be estimated."""
+    out = {}
+    for stage in plan.stages:
+        est = estimate(plan, stage.id)
+        if est is not None:
+            out[stage.id] = est
+    return out

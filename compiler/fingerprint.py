@@ -50,3 +50,17 @@ def files_digest(paths: Iterable[str]) -> str:
 def stage_fingerprint(kind: str, params: dict, input_fingerprints: dict) -> str:
     return digest({"kind": kind, "version": FORMAT_VERSIONS[kind], "params": params,
                    "inputs": input_fingerprints})
+
+
+def checkpoint_digest(prefix: str) -> str:
+    """A TensorFlow checkpoint's files (`<prefix>.index`, `<prefix>.data-*`) by content; one
+    on gs:// is read at run time."""
+    if prefix.startswith("gs://"):
+        return "checked at run time"
+    directory, name = os.path.split(prefix)
+    try:
+        files = sorted(os.path.join(directory, f) for f in os.listdir(directory or ".")
+                       if f.startswith(name + "."))
+    except OSError:
+        files = []
+    return files_digest(files) if files else "missing"

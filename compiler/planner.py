@@ -9,7 +9,9 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import sys
 from typing import Any, Optional, Sequence
 
@@ -17,7 +19,7 @@ from runexp.compiler import uris
 from runexp.compiler.accelerators import ACCELERATORS
 from runexp.compiler.estimates import estimate
 from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
-from runexp.compiler.fingerprint import files_digest, stage_fingerprint
+from runexp.compiler.fingerprint import checkpoint_digest, files_digest, stage_fingerprint
 from runexp.compiler.loader import load
 from runexp.compiler.model_sizes import bert_config
 from runexp.compiler.plan import RUN_TIME, Plan, Stage
@@ -26,6 +28,15 @@ from runexp.compiler.resolve import Resolver
 # Pretrain params that may change while a run is continued from its checkpoints.
 # Training files up to this size are read at compile time to check their labels.
 LABEL_CHECK_BYTES = 16 << 20
+
+# Google's released checkpoints live in directories named like uncased_L-12_H-768_A-12.
+GOOGLE_RELEASE = re.compile(r"(?:^|/)(?:wwm_)?(?P<name>uncased|cased|multi_cased|multilingual|"
+                            r"chinese)_L-(?P<layers>\d+)_H-(?P<hidden>\d+)_A-(?P<heads>\d+)/")
+# Those trained on lower-cased text (google-research/bert's tokenization.py says which).
+LOWER_CASED_RELEASES = ("uncased", "multilingual", "chinese")
+# bert_config.json fields that must equal the model's for a checkpoint to load.
+MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act")
 
 RESUMABLE_PARAMS = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
                     "steps_per_loop", "eval_every", "jit_compile")
@@ -153,45 +164,72 @@ class _Planner:
             os.path.basename(self.gin_files[0]))[0]
 
         task = r.get("train", "task")
+        ft_task = r.get("finetune", "task")
         tasks = r.scopes("bert_pretraining_task")
         if task is not None and task not in tasks:
             c.error(f"train.task names {task!r}, which is not a registered bert_pretraining_task",
                     self.loc("train", "task"),
                     hint=(did_you_mean(task, tasks) or "") + f" (register one with "
                     f"{task}/bert_pretraining_task.train_files = [...])")
-            task = None
-        if task is None:
+            return None
+        if task is None and ft_task is None:
+            c.error("nothing to run: neither train.task nor finetune.task is set",
+                    Location(self.gin_files[0]),
+                    hint="include runs/pretrain.gin (pretraining) or runs/finetune.gin "
+                         "(fine-tuning a released checkpoint) and set what it requires")
             return None
 
         vocab = self.plan_vocab(task)
-        pre = self.plan_preprocess(task, vocab)
-        pretrain = self.plan_pretrain(pre, vocab, accel)
-        if pretrain is None:
-            return None
-        if r.get("evaluate", "enabled"):
-            if pre.inputs["validation_files"]:
-                self.plan_evaluate(pre, pretrain)
-            else:
-                c.warn("no held-out files: the evaluate stage is left out",
-                       self.loc("bert_pretraining_task", "validation_files", task),
-                       hint="set HELDOUT_FILES (validation_files) to text not used for training")
+        pretrain = None
+        if task is not None:
+            pre = self.plan_preprocess(task, vocab)
+            pretrain = self.plan_pretrain(pre, vocab, accel)
+            if pretrain is None:
+                return None
+            if r.get("evaluate", "enabled"):
+                if pre.inputs["validation_files"]:
+                    self.plan_evaluate(pre, pretrain)
+                else:
+                    c.warn("no held-out files: the evaluate stage is left out",
+                           self.loc("bert_pretraining_task", "validation_files", task),
+                           hint="set HELDOUT_FILES (validation_files) to text not used for "
+                                "training")
         finetune = None
-        ft_task = r.get("finetune", "task")
         if ft_task is not None:
-            finetune = self.plan_finetune(ft_task, vocab, pretrain)
+            finetune = self.plan_finetune(ft_task, vocab, pretrain, accel)
+            if finetune is None and pretrain is None:
+                return None
         if r.get("export", "enabled"):
             self.plan_export(vocab, pretrain, finetune)
         launch = {k: r.get("experiment", k)
                   for k in ("max_attempts", "relaunch_backoff_s", "wall_time_hours")}
         return Plan(experiment=name, output_root=self.output_root, stages=tuple(self.stages),
-                    accelerator=accel.to_dict() if accel else {}, launch=launch)
+                    accelerator=self.accelerator_dict(accel), launch=launch)
 
-    def plan_vocab(self, task: str) -> Stage:
+    def accelerator_dict(self, accel) -> dict:
+        """The profile, plus where the TPU is (not in stage fingerprints: which TPU trains
+        does not change what is trained)."""
+        if accel is None:
+            return {}
+        out = accel.to_dict()
+        if accel.type == "tpu":
+            out.update(tpu=self.r.get("experiment", "tpu"), zone=self.r.get("experiment", "tpu_zone"),
+                       project=self.r.get("experiment", "gcp_project"),
+                       service_account=self.r.get("experiment", "tpu_service_account"))
+        return out
+
+    def plan_vocab(self, task: Optional[str]) -> Stage:
         b = _StageBuilder(self.r)
         path = b.take("vocab_path", "vocab", "path")
         b.take("do_lower_case", "vocab", "do_lower_case")
         inputs, fps, deps = {}, {}, []
-        if path is None:
+        if path is None and task is None:
+            # Fine-tuning a released checkpoint: token ids must be the ones it was trained on.
+            self.c.error("fine-tuning a released checkpoint needs its vocabulary, but vocab.path "
+                         "is not set", self.loc("vocab", "path") or self.loc("finetune", "task"),
+                         hint="set VOCAB to the vocab.txt that came with the checkpoint")
+            b.set("vocab_size", None, "unknown")
+        elif path is None:
             b.take("vocab_size", "vocab", "size")
             b.take("model_type", "vocab", "model_type")
             b.take("max_sentences", "vocab", "max_sentences")
@@ -210,8 +248,14 @@ class _Planner:
                                                  self.loc("vocab", "path"))
             b.set("vocab_size", vocab_size, RUN_TIME if vocab_size is None and uris.is_gcs(path)
                   else f"counted in {os.path.basename(path)}")
+            inputs["vocab_file"] = b.params["vocab_path"]
             fps = {"vocab": files_digest([b.params["vocab_path"]])
                    if os.path.isfile(b.params["vocab_path"]) else "checked at run time"}
+            if task is not None:  # the UNK rate and pieces per word on the task's text
+                held = self.r.get("bert_pretraining_task", "validation_files", task) or []
+                inputs["heldout_files"], fps["heldout"], deps = self.files(
+                    held, f"{task}.validation_files",
+                    self.loc("bert_pretraining_task", "validation_files", task))
         return self.add("vocab", "vocab", b, inputs, fps, deps)
 
     def adopted_vocab_size(self, path: str, location: Optional[Location]) -> Optional[int]:
@@ -317,6 +361,12 @@ class _Planner:
         if size is None:
             return None
         vocab_size = vocab.params.get("vocab_size")
+        if overrides["vocab_size"] is None and vocab_size is None \
+                and vocab.params.get("vocab_path"):
+            self.c.error("the vocab on gs:// is only counted at run time, so the model's "
+                         "vocab_size is unknown", self.loc("model", "size"),
+                         hint="set model.vocab_size to the vocab's token count (for a released "
+                              "checkpoint: the rows of its embedding table, in bert_config.json)")
         if overrides["vocab_size"] is None:
             overrides["vocab_size"] = vocab_size
         elif vocab_size and overrides["vocab_size"] < vocab_size:
@@ -391,14 +441,13 @@ class _Planner:
             self.c.error(f"checkpoint_every ({every}) is not a multiple of steps_per_loop ({loop})",
                          self.loc("train", "checkpoint_every"),
                          hint="checkpoints are written between host loops")
-        if init is not None and accel is not None and accel.needs_gcs and not uris.is_gcs(init):
-            self.c.error(f"a TPU cannot read the local init_checkpoint {init!r}",
-                         self.loc("train", "init_checkpoint"),
-                         hint="copy the checkpoint to gs:// and point INIT_CHECKPOINT there")
         inputs = {"data_dir": pre.output_dir, "vocab_dir": vocab.output_dir}
         fps = {"data": pre.fingerprint, "vocab": vocab.fingerprint}
         if init is not None:
+            self.check_init_checkpoint(b.params["init_checkpoint"], config,
+                                       self.loc("train", "init_checkpoint"), accel)
             inputs["init_checkpoint"] = b.params["init_checkpoint"]
+            fps["init_checkpoint"] = checkpoint_digest(b.params["init_checkpoint"])
         return self.add("pretrain", "pretrain", b, inputs, fps, [pre.id, vocab.id],
                         resume_exclude=RESUMABLE_PARAMS)
 
@@ -414,7 +463,8 @@ class _Planner:
         fps = {"data": pre.fingerprint, "checkpoint": pretrain.fingerprint}
         return self.add("evaluate", "evaluate", b, inputs, fps, [pre.id, pretrain.id])
 
-    def plan_finetune(self, task: str, vocab: Stage, pretrain: Stage) -> Optional[Stage]:
+    def plan_finetune(self, task: str, vocab: Stage, pretrain: Optional[Stage],
+                      accel) -> Optional[Stage]:
         tasks = self.r.scopes("classification_task")
         if task not in tasks:
             self.c.error(f"finetune.task names {task!r}, which is not a registered "
@@ -427,13 +477,35 @@ class _Planner:
         labels = b.take("labels", "classification_task", "labels", task)
         b.take("text_fields", "classification_task", "text_fields", task)
         b.take("label_field", "classification_task", "label_field", task)
-        b.set("model", pretrain.params["model"], pretrain.provenance["model"])
-        b.take("batch_size", "finetune", "batch_size")
+        init = b.take("init_checkpoint", "finetune", "init_checkpoint")
+        if pretrain is not None:
+            b.set("model", pretrain.params["model"], pretrain.provenance["model"])
+            if init is not None:
+                self.c.error("finetune.init_checkpoint is set, but this experiment also "
+                             "pretrains: the fine-tune starts from the pretrain stage",
+                             self.loc("finetune", "init_checkpoint"),
+                             hint="remove finetune.init_checkpoint, or drop pretraining (unset "
+                                  "train.task) to fine-tune that checkpoint")
+                return None
+        else:
+            if self.model_config(b, vocab) is None:
+                return None
+            if init is None:
+                self.c.error("a fine-tune without pretraining needs a checkpoint to start from, "
+                             "but finetune.init_checkpoint is not set",
+                             self.loc("finetune", "init_checkpoint") or self.loc("finetune", "task"),
+                             hint="set INIT_CHECKPOINT to the released checkpoint's prefix, e.g. "
+                                  "'gs://BUCKET/uncased_L-12_H-768_A-12/bert_model.ckpt'")
+                return None
+            b.params["init_checkpoint"] = uris.absolute(init)
+            self.check_init_checkpoint(b.params["init_checkpoint"], b.params["model"],
+                                       self.loc("finetune", "init_checkpoint"), accel)
+        for name in ("batch_size", "learning_rate", "warmup_steps", "weight_decay", "seed"):
+            b.take(name, "finetune", name)
         b.take("train_steps", "finetune", "steps")
-        b.take("warmup_steps", "finetune", "warmup_steps")
-        b.take("learning_rate", "finetune", "learning_rate")
         length = b.take("max_seq_length", "finetune", "max_seq_length")
-        b.take("seed", "finetune", "seed")
+        b.take("compute_dtype", "train", "compute_dtype")
+        b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
         fields = b.params["text_fields"]
         if fields is not None and len(fields) not in (1, 2):
             self.c.error(f"{task}/classification_task.text_fields must name one or two fields, "
@@ -442,33 +514,119 @@ class _Planner:
         if labels is not None and len(set(labels)) < 2:
             self.c.error(f"{task}: a classification task needs at least two labels, got {labels!r}",
                          self.loc("classification_task", "labels", task))
-        max_pos = pretrain.params["model"]["max_position_embeddings"]
+        max_pos = b.params["model"]["max_position_embeddings"]
         if length and length > max_pos:
             self.c.error(f"finetune.max_seq_length ({length}) exceeds max_position_embeddings "
                          f"({max_pos})", self.loc("finetune", "max_seq_length"),
                          hint=f"use at most {max_pos}")
-        inputs, fps, deps = {}, {}, []
-        for key, param in (("train_file", "train_file"), ("dev_file", "dev_file")):
-            value = self.r.get("classification_task", param, task)
-            if value is None:
-                continue
-            found, fp, d = self.files([value], f"{task}.{param}",
-                                      self.loc("classification_task", param, task))
-            if found:
-                inputs[key] = found[0]
-            fps[key] = fp
-            deps += d
+        batch = b.params["batch_size"]
+        if accel is not None and batch and batch % accel.replicas:
+            self.c.error(f"fine-tune batch size {batch} is not divisible by the {accel.replicas} "
+                         f"replicas of {accel.name}", self.loc("finetune", "batch_size"),
+                         hint=f"use a multiple of {accel.replicas}, e.g. "
+                              f"{-(-batch // accel.replicas) * accel.replicas}")
+        inputs, fps, deps = self.finetune_files(task)
         if labels is not None and "train_file" in inputs and not uris.is_gcs(inputs["train_file"]):
             self.check_labels(task, inputs["train_file"], labels, b.params["text_fields"],
                               b.params["label_field"])
-        if "train_file" in inputs and inputs.get("train_file") == inputs.get("dev_file"):
-            self.c.warn(f"{task}: the dev file is the train file: accuracy will be optimistic",
-                        self.loc("classification_task", "dev_file", task),
-                        hint="evaluate on examples the model does not train on")
-        inputs.update(vocab_dir=vocab.output_dir, checkpoint_dir=pretrain.output_dir)
-        fps.update(vocab=vocab.fingerprint, checkpoint=pretrain.fingerprint)
-        return self.add(f"finetune.{task}", "finetune", b, inputs, fps,
-                        sorted(set(deps + [vocab.id, pretrain.id])))
+        inputs["vocab_dir"] = vocab.output_dir
+        fps["vocab"] = vocab.fingerprint
+        deps.append(vocab.id)
+        if pretrain is not None:
+            inputs["checkpoint_dir"] = pretrain.output_dir
+            fps["checkpoint"] = pretrain.fingerprint
+            deps.append(pretrain.id)
+        else:
+            inputs["init_checkpoint"] = b.params["init_checkpoint"]
+            fps["checkpoint"] = checkpoint_digest(b.params["init_checkpoint"])
+        return self.add(f"finetune.{task}", "finetune", b, inputs, fps, sorted(set(deps)))
+
+    def finetune_files(self, task: str) -> tuple[dict, dict, list]:
+        """The task's train file and its named dev sets (dev_file is the set named "dev")."""
+        inputs, fps, deps = {}, {}, []
+
+        def one(value, label, location):
+            found, fp, d = self.files([value], label, location)
+            deps.extend(d)
+            return (found[0] if found else None), fp
+
+        train = self.r.get("classification_task", "train_file", task)
+        loc_train = self.loc("classification_task", "train_file", task)
+        if train is not None:
+            found, fps["train_file"] = one(train, f"{task}.train_file", loc_train)
+            if found:
+                inputs["train_file"] = found
+        dev_file = self.r.get("classification_task", "dev_file", task)
+        dev_files = self.r.get("classification_task", "dev_files", task)
+        loc_dev = self.loc("classification_task", "dev_files", task)
+        named: dict = {}
+        if dev_file is not None:
+            named["dev"] = (dev_file, self.loc("classification_task", "dev_file", task))
+        for name, value in (dev_files or {}).items():
+            if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name) \
+                    or not isinstance(value, str):
+                self.c.error(f"{task}/classification_task.dev_files: entry {name!r}: {value!r} "
+                             "must map a plain name to a file", loc_dev,
+                             hint="e.g. {'matched': 'dev_matched.tsv', 'mismatched': "
+                                  "'dev_mismatched.tsv'}")
+                continue
+            if name in named:
+                self.c.error(f"{task}: dev set {name!r} is given by both dev_file and dev_files",
+                             loc_dev, hint="use one of them")
+                continue
+            named[name] = (value, loc_dev)
+        if not named:
+            self.c.error(f"{task}: no dev set: set {task}/classification_task.dev_file or "
+                         "dev_files", self.loc("classification_task", "train_file", task),
+                         hint="the fine-tune is scored on each dev set")
+        dev_uris = {}
+        for name, (value, location) in named.items():
+            found, fps[f"dev_files.{name}"] = one(value, f"{task}.dev_files[{name!r}]", location)
+            if found:
+                dev_uris[name] = found
+                if found == inputs.get("train_file"):
+                    self.c.warn(f"{task}: dev set {name!r} is the train file: accuracy will be "
+                                "optimistic", location,
+                                hint="evaluate on examples the model does not train on")
+        inputs["dev_files"] = dev_uris
+        return inputs, fps, deps
+
+    def check_init_checkpoint(self, init: str, model: dict, location: Optional[Location],
+                              accel) -> None:
+        """The checkpoint must fit the model and the casing: checked from the name of a Google
+        release directory (cheap, also on gs://) and from a local bert_config.json beside it."""
+        if accel is not None and accel.needs_gcs and not uris.is_gcs(init):
+            self.c.error(f"a TPU cannot read the local init_checkpoint {init!r}", location,
+                         hint="copy the checkpoint to gs:// and point INIT_CHECKPOINT there")
+        expected: dict = {}
+        release = GOOGLE_RELEASE.search(init)
+        if release:
+            expected = {"num_hidden_layers": int(release["layers"]),
+                        "hidden_size": int(release["hidden"]),
+                        "num_attention_heads": int(release["heads"])}
+            lower = release["name"] in LOWER_CASED_RELEASES
+            if self.r.get("vocab", "do_lower_case") != lower:
+                self.c.error(f"DO_LOWER_CASE is {not lower} but the checkpoint "
+                             f"{release.group(0).strip('/')} was trained "
+                             f"{'lower-cased' if lower else 'cased'}",
+                             self.loc("vocab", "do_lower_case") or location,
+                             hint=f"set DO_LOWER_CASE = {lower}")
+        config_path = os.path.join(os.path.dirname(init), "bert_config.json")
+        if not uris.is_gcs(init) and os.path.isfile(config_path):
+            try:
+                with open(config_path, encoding="utf-8") as f:
+                    config = json.load(f)
+            except (OSError, ValueError) as e:
+                self.c.error(f"cannot read {config_path}: {e}", location)
+                return
+            expected.update({k: v for k, v in config.items() if k in MODEL_FIELDS})
+        wrong = [f"{k}: checkpoint {v!r}, model {model.get(k)!r}" for k, v in sorted(
+            expected.items()) if model.get(k) is not None and model.get(k) != v]
+        if wrong:
+            self.c.error(f"the init checkpoint does not fit the model ({'; '.join(wrong)})",
+                         location or self.loc("model", "size"),
+                         hint="choose the model size of the checkpoint (e.g. include "
+                              "models/bert_large.gin) or set model.* to its bert_config.json")
 
     def check_labels(self, task: str, path: str, labels: list, text_fields, label_field) -> None:
         """Labels in the training data that the task does not list (when the file is small)."""
@@ -490,12 +648,21 @@ class _Planner:
                          f"{', '.join(map(repr, unknown[:5]))}", loc,
                          hint="add them to labels, or leave labels unset to read them from the data")
 
-    def plan_export(self, vocab: Stage, pretrain: Stage, finetune: Optional[Stage]) -> Stage:
+    def plan_export(self, vocab: Stage, pretrain: Optional[Stage],
+                    finetune: Optional[Stage]) -> Optional[Stage]:
+        """Exports the fine-tuned model when there is one, else the pretrained encoder."""
+        source = finetune or pretrain
+        if source is None:
+            return None
         b = _StageBuilder(self.r)
-        b.set("model", pretrain.params["model"], pretrain.provenance["model"])
-        inputs = {"checkpoint_dir": pretrain.output_dir, "vocab_dir": vocab.output_dir}
-        fps = {"checkpoint": pretrain.fingerprint, "vocab": vocab.fingerprint}
-        deps = [vocab.id, pretrain.id]
+        b.set("model", source.params["model"], source.provenance["model"])
+        inputs = {"vocab_dir": vocab.output_dir}
+        fps = {"vocab": vocab.fingerprint}
+        deps = [vocab.id]
+        if pretrain is not None:
+            inputs["checkpoint_dir"] = pretrain.output_dir
+            fps["checkpoint"] = pretrain.fingerprint
+            deps.append(pretrain.id)
         if finetune is not None:
             inputs["finetune_dir"] = finetune.output_dir
             fps["finetune"] = finetune.fingerprint

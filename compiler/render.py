@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runexp.compiler.estimates import estimate
+from runexp.compiler.estimates import estimates
 from runexp.compiler.plan import RUN_TIME, Plan
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
 
@@ -23,7 +23,12 @@ def _value(value: Any) -> str:
     return repr(value)
 
 
-def _short_path(path: str, root: str) -> str:
+def _short_path(path, root: str):
+    """Paths under the output root as <root>/...; lists and dicts of paths element-wise."""
+    if isinstance(path, list):
+        return [_short_path(p, root) for p in path]
+    if isinstance(path, dict):
+        return {k: _short_path(p, root) for k, p in path.items()}
     if path.startswith(root.rstrip("/") + "/"):
         return "<root>/" + path[len(root.rstrip("/")) + 1:]
     return path
@@ -86,15 +91,13 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 lines.append(f"    {name} = {_value(stage.params[name])}"
                              + (f"   # {where}" if where else ""))
             for name, value in sorted(stage.inputs.items()):
-                shown = ([_short_path(v, plan.output_root) for v in value]
-                         if isinstance(value, list) else _short_path(value, plan.output_root))
-                lines.append(f"    <- {name}: {_value(shown)}")
+                lines.append(f"    <- {name}: {_value(_short_path(value, plan.output_root))}")
         lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
                      f"  (fingerprint {stage.fingerprint[:12]})")
         lines.append("")
-    est = estimate(plan)
-    if est is not None:
-        lines.append("Estimates for pretrain (see compiler/estimates.py for how they are made):")
+    for stage_id, est in estimates(plan).items():
+        lines.append(f"Estimates for {stage_id} (see compiler/estimates.py for how they are "
+                     "made):")
         lines += [f"    {line}" for line in est.lines(plan.accelerator)]
         lines.append("")
     for w in plan.warnings:

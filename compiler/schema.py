@@ -66,6 +66,15 @@ CONFIGURABLES: dict[str, Configurable] = {
         "wall_time_hours": Param("float", None, optional=True, minimum=0.0,
                                  doc="stop cleanly with a checkpoint after this long (a 12-hour "
                                      "notebook: 11.5)"),
+        "tpu": Param("str", None, optional=True,
+                     doc="TPU name or grpc:// address (None: $TPU_NAME, else this TPU VM's own)"),
+        "tpu_zone": Param("str", None, optional=True,
+                          doc="the TPU's zone, e.g. 'us-central1-f' (also checked against the "
+                              "bucket's location)"),
+        "gcp_project": Param("str", None, optional=True, doc="the TPU's Google Cloud project"),
+        "tpu_service_account": Param("str", None, optional=True,
+                                     doc="the TPU's service account: preflight checks the "
+                                         "bucket grants it access"),
     }),
     "builtin_corpus": Configurable(doc="The corpus built from the Python standard library.", params={
         "min_bytes": _pos("fail unless the train text has at least this many bytes", 2_000_000),
@@ -122,7 +131,9 @@ CONFIGURABLES: dict[str, Configurable] = {
         "initializer_range": Param("float", 0.02, minimum=0.0, doc="truncated normal stddev"),
     }),
     "train": Configurable(doc="Pretraining.", params={
-        "task": Param("str", doc="name of the bert_pretraining_task to train on"),
+        "task": Param("str", None, optional=True,
+                      doc="name of the bert_pretraining_task to train on (None: fine-tune "
+                          "only)"),
         "steps": _pos("training steps", 100_000),
         "batch_size": _pos("global batch size", 256),
         "warmup_steps": _pos("linear warmup steps", 10_000, minimum=0),
@@ -157,17 +168,25 @@ CONFIGURABLES: dict[str, Configurable] = {
     "classification_task": Configurable(scoped=True, doc="A sentence (pair) classification task.",
                                         params={
         "train_file": Param("str", doc="TSV with a header, or JSONL"),
-        "dev_file": Param("str", doc="TSV with a header, or JSONL"),
+        "dev_file": Param("str", None, optional=True, doc="TSV with a header, or JSONL"),
+        "dev_files": Param("dict", None, optional=True,
+                           doc="several named dev sets, scored each: {'matched': ..., "
+                               "'mismatched': ...}"),
         "text_fields": Param("str_list", ["sentence"], doc="one field, or two for pairs"),
         "label_field": Param("str", "label", doc="the label column"),
         "labels": Param("str_list", None, optional=True, doc="labels; None reads them from train"),
     }),
-    "finetune": Configurable(doc="Fine-tuning after pretraining.", params={
+    "finetune": Configurable(doc="Fine-tuning, after pretraining or from a released checkpoint.",
+                             params={
         "task": Param("str", None, optional=True, doc="classification_task name; None: no fine-tune"),
+        "init_checkpoint": Param("str", None, optional=True,
+                                 doc="checkpoint in Google's BERT layout to fine-tune (None: the "
+                                     "pretrain stage's)"),
         "steps": _pos("training steps", 1000),
         "batch_size": _pos("global batch size", 32),
         "learning_rate": Param("float", 2e-5, minimum=0.0, doc="peak learning rate"),
         "warmup_steps": _pos("warmup steps", 100, minimum=0),
+        "weight_decay": Param("float", 0.01, minimum=0.0, doc="AdamW weight decay"),
         "max_seq_length": _pos("tokens per example", 128, minimum=8),
         "seed": Param("int", 12345, doc="seed"),
     }),

@@ -161,9 +161,13 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
                      + (f", NSP accuracy {ev['nsp_accuracy']:.3f}" if "nsp_accuracy" in ev else ""))
     for stage in plan.stages:
         s = summaries.get(stage.id, {})
-        if stage.kind == "finetune" and "accuracy" in s:
-            lines.append(f"  {stage.id}: dev accuracy {s['accuracy']:.3f} (majority class: "
-                         f"{s.get('majority_baseline', float('nan')):.3f})")
+        if stage.kind != "finetune" or "accuracy" not in s:
+            continue
+        sets = s.get("dev_sets") or {"dev": s}
+        for name, scores in sets.items():
+            label = "dev" if name == "dev" else f"dev set {name}:"
+            lines.append(f"  {stage.id}: {label} accuracy {scores['accuracy']:.3f} (majority "
+                         f"class: {scores.get('majority_baseline', float('nan')):.3f})")
     return lines
 
 
@@ -182,6 +186,11 @@ def _load_tensorflow_quietly(accelerator: dict) -> None:
         try:
             import tensorflow as tf
 
+            replicas = int(accelerator.get("replicas", 1))
+            if replicas > 1:  # the cpu_x8 test profile: split before TF starts its devices
+                from runexp.runtime.strategy import split_cpu
+
+                split_cpu(replicas)
             tf.config.list_logical_devices()  # device start-up logs now, not mid-run
         except BaseException:
             os.dup2(saved, 2)

@@ -69,6 +69,8 @@ class Mirror:
         return local
 
     def _localize(self, value):
+        if isinstance(value, dict):
+            return {k: self._localize(v) for k, v in value.items()}
         if isinstance(value, list):
             out = []
             for v in value:
@@ -81,18 +83,41 @@ class Mirror:
         if stage is not None:
             local = self.pull(stage)
             return os.path.join(local, *rest.split("/")) if rest else local
-        # A user's corpus on gs://: download what the glob matches into the input cache.
-        matched = storage.glob(value) if any(c in value for c in "*?[") else [value]
+        # A user's file on gs:// (corpus, fine-tune data, a released checkpoint): download what
+        # it names into the input cache.
+        if any(c in value for c in "*?["):
+            matched = storage.glob(value)
+        elif self._is_object(value):
+            matched = [value]
+        else:
+            # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
+            # <prefix>.data-*; the local prefix stands for them.
+            matched = storage.glob(value + ".*")
+            if matched:
+                for uri in matched:
+                    self._download_input(uri)
+                return self._input_path(value)
         if not matched:
             raise FileNotFoundError(f"{value} matches no object")
-        paths = []
-        for uri in matched:
-            bucket, key = storage.split_gcs(uri)
-            dest = os.path.join(self.root, "inputs", bucket, *key.split("/"))
-            if not (os.path.isfile(dest) and os.path.getsize(dest) == storage.size(uri)):
-                storage.download_file(uri, dest)
-            paths.append(dest)
-        return paths
+        return [self._download_input(uri) for uri in matched]
+
+    @staticmethod
+    def _is_object(uri: str) -> bool:
+        try:
+            storage.size(uri)
+            return True
+        except FileNotFoundError:
+            return False
+
+    def _input_path(self, uri: str) -> str:
+        bucket, key = storage.split_gcs(uri)
+        return os.path.join(self.root, "inputs", bucket, *key.split("/"))
+
+    def _download_input(self, uri: str) -> str:
+        dest = self._input_path(uri)
+        if not (os.path.isfile(dest) and os.path.getsize(dest) == storage.size(uri)):
+            storage.download_file(uri, dest)
+        return dest
 
     def local_stage(self, stage: Stage, resume: bool) -> Stage:
         """The stage as its handler sees it: local inputs and a local work directory."""

@@ -6,8 +6,9 @@
   anything, see ``split_cpu``).
 - ``{"type": "gpu", "devices": [...]?}``: MirroredStrategy over the local GPUs (or the
   devices named).
-- ``{"type": "tpu", "name": "<tpu name or grpc://address>", "zone"?, "project"?}``:
-  TPUClusterResolver -> connect -> initialise the TPU system -> TPUStrategy.
+- ``{"type": "tpu", "tpu"?: "<tpu name or grpc://address>", "zone"?, "project"?}``:
+  TPUClusterResolver (see ``tpu_address``) -> connect -> initialise the TPU system ->
+  TPUStrategy.
 
 Usage:
     configure_threads()              # once, before TF runs its first op
@@ -60,6 +61,16 @@ def split_cpu(replicas: int) -> list[str]:
     return [f"/cpu:{i}" for i in range(replicas)]
 
 
+# Plan accelerator keys saying where the TPU is (experiment.tpu, tpu_zone, gcp_project).
+TPU_LOCATION = ("tpu", "zone", "project")
+
+
+def tpu_address(accelerator: Mapping[str, Any]) -> str:
+    """The TPU to connect to: the plan's ``tpu`` (a name or grpc:// address), else $TPU_NAME,
+    else "local" (the TPU attached to this TPU VM). Never the profile's name (tpu_v3_8)."""
+    return accelerator.get("tpu") or os.environ.get("TPU_NAME") or "local"
+
+
 def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strategy:
     """Returns the strategy the accelerator dict asks for (see the module docstring)."""
     accelerator = dict(accelerator or {})
@@ -81,8 +92,8 @@ def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strate
         return tf.distribute.MirroredStrategy(devices=list(devices))
     if kind == "tpu":
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-            tpu=accelerator.get("tpu") or accelerator.get("name") or "",
-            zone=accelerator.get("zone"), project=accelerator.get("project"))
+            tpu=tpu_address(accelerator), zone=accelerator.get("zone"),
+            project=accelerator.get("project"))
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
         return tf.distribute.TPUStrategy(resolver)
@@ -95,5 +106,12 @@ def is_tpu(accelerator: Mapping[str, Any] | None) -> bool:
 
 
 def accelerator_of(ctx) -> Mapping[str, Any]:
-    """The accelerator dict for a stage: its own ``accelerator`` param, else the plan's."""
-    return ctx.params.get("accelerator") or dict(ctx.plan.accelerator or {})
+    """The accelerator dict for a stage: its own ``accelerator`` param (the profile, part of
+    its fingerprint), else the plan's; with the plan's TPU location (which TPU to use does not
+    change what is trained)."""
+    plan_accelerator = dict(ctx.plan.accelerator or {})
+    accelerator = dict(ctx.params.get("accelerator") or plan_accelerator)
+    for key in TPU_LOCATION:
+        if plan_accelerator.get(key) is not None:
+            accelerator[key] = plan_accelerator[key]
+    return accelerator

@@ -2,10 +2,13 @@
 
 Contract (docs/STAGES.md): params ``task``, ``labels``, ``model``, ``batch_size``,
 ``train_steps``, ``warmup_steps``, ``learning_rate``, ``max_seq_length``, ``seed``,
-``text_fields``, ``label_field``; inputs ``train_file``, ``dev_file``, ``vocab_dir``,
-``checkpoint_dir``. Writes ``checkpoints/``, ``metrics.json`` (``accuracy``,
-``majority_baseline``, ``num_labels``, ``dev_examples``, ``train_examples``),
-``predictions.tsv``.
+``text_fields``, ``label_field``; inputs ``train_file``, ``dev_files`` (name -> file; one
+scored set each; ``dev_file`` is the set named "dev"), ``vocab_dir``, and the encoder to start
+from: ``checkpoint_dir`` (a pretrain stage's directory) or ``init_checkpoint`` (a checkpoint
+prefix in Google's layout, e.g. a released BERT). Writes ``checkpoints/``, ``metrics.json``
+(per dev set under ``dev_sets``: ``accuracy``, ``majority_baseline``, ``examples``; at the top
+level the first set's ``accuracy`` and ``majority_baseline``, and ``num_labels``,
+``dev_examples``, ``train_examples``), ``predictions.<dev set>.tsv``.
 
 Optional params, as the pretrain stage reads them (runtime/stages/pretrain.py):
 ``optimizer``, ``weight_decay``, ``decay``, ``decay_power``, ``end_learning_rate``,
@@ -31,7 +34,10 @@ from runexp.tasks.classification import encode_examples, labels_of, load_example
 from runexp.tasks.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"
-PREDICTIONS_FILE = "predictions.tsv"
+
+
+def predictions_file(dev_set: str) -> str:
+    return f"predictions.{dev_set}.tsv"
 
 
 def _one_file(value) -> str:
@@ -57,6 +63,47 @@ def _clean(text: str) -> str:
     return text.replace("\t", " ").replace("\n", " ")
 
 
+def _dev_sets(inputs) -> dict:
+    """Named dev files, in the plan's order."""
+    named = dict(inputs.get("dev_files") or {})
+    if inputs.get("dev_file"):
+        named = {"dev": inputs["dev_file"], **named}
+    if not named:
+        raise ValueError("the finetune stage has no dev set (inputs dev_files / dev_file)")
+    return named
+
+
+def _start_encoder(ctx, model: BertClassifier, trainer: Trainer) -> str:
+    """Initialises the encoder of a fresh run: from the pretrain stage's latest checkpoint or
+    from a Google-layout checkpoint. A resumed run keeps its own weights."""
+    inputs = ctx.inputs
+    if trainer.manager.latest_checkpoint is not None:
+        return f"this stage's own {trainer.manager.latest_checkpoint} (resumed)"
+    if inputs.get("init_checkpoint"):
+        prefix = inputs["init_checkpoint"]
+        report = checkpoints.load_google_checkpoint(model.google_variables(), prefix)
+        head = [n for n in report.missing if n.startswith("bert/")]
+        if head:
+            raise ValueError(f"init_checkpoint {prefix} lacks {len(head)} encoder variables "
+                             f"(e.g. {head[0]}): it is not a BERT checkpoint of this model")
+        ctx.progress(f"init_checkpoint {prefix}: {len(report.loaded)} variables loaded; the "
+                     f"classifier ({', '.join(report.missing) or 'none'}) starts fresh; "
+                     f"{len(report.unused)} unused (pretraining heads)")
+        return prefix
+    return checkpoints.restore_encoder(model.encoder, inputs["checkpoint_dir"])
+
+
+def _score(model, dev, dev_arrays, labels, batch_size, majority_label) -> tuple[dict, list]:
+    probs = _predict(model, dev_arrays, batch_size)
+    predicted = probs.argmax(axis=1) if len(dev) else np.zeros([0], np.int64)
+    gold = dev_arrays["label_ids"]
+    accuracy = float((predicted == gold).mean()) if len(dev) else 0.0
+    majority = (sum(label == majority_label for _, label in dev) / len(dev)) if dev else 0.0
+    rows = [(label, labels[k], f"{row[k]:.4f}", texts)
+            for (texts, label), k, row in zip(dev, predicted, probs)]
+    return {"accuracy": accuracy, "majority_baseline": majority, "examples": len(dev)}, rows
+
+
 def run(ctx) -> dict:
     p, inputs = ctx.params, ctx.inputs
     strategy_lib.configure_threads()
@@ -69,17 +116,19 @@ def run(ctx) -> dict:
 
     tokenizer = load_tokenizer(inputs["vocab_dir"])
     train = load_examples(_one_file(inputs["train_file"]), text_fields, label_field)
-    dev = load_examples(_one_file(inputs["dev_file"]), text_fields, label_field)
     if not train:
         raise ValueError(f"no training examples in {inputs['train_file']}")
     labels = list(p.get("labels") or labels_of(train))
-    unknown = [ex for ex in dev if ex[1] not in labels]
-    if unknown:
-        ctx.progress(f"{len(unknown)} dev examples have labels not in the label set "
-                     f"(e.g. {unknown[0][1]!r}): left out of the score")
-    dev = [ex for ex in dev if ex[1] in labels]
+    dev_sets = {}
+    for name, path in _dev_sets(inputs).items():
+        dev = load_examples(_one_file(path), text_fields, label_field)
+        unknown = [ex for ex in dev if ex[1] not in labels]
+        if unknown:
+            ctx.progress(f"dev set {name}: {len(unknown)} examples have labels not in the label "
+                         f"set (e.g. {unknown[0][1]!r}): left out of the score")
+        dev = [ex for ex in dev if ex[1] in labels]
+        dev_sets[name] = (dev, encode_examples(dev, tokenizer, labels, seq))
     train_arrays = encode_examples(train, tokenizer, labels, seq)
-    dev_arrays = encode_examples(dev, tokenizer, labels, seq)
 
     config = BertConfig.from_dict(p["model"])
     if tokenizer.vocab_size > config.vocab_size:
@@ -95,13 +144,13 @@ def run(ctx) -> dict:
         model = BertClassifier(config, num_labels=len(labels),
                                compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla)
         optimizer = optimizer_from_params(p, train_steps, config.hidden_size)
-    pretrained = checkpoints.restore_encoder(model.encoder, inputs["checkpoint_dir"])
-    ctx.progress(f"encoder from {pretrained}; {len(train)} train / {len(dev)} dev examples, "
-                 f"{len(labels)} labels")
-
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=classification_metrics, progress=ctx.progress,
                       on_checkpoint=ctx.sync)
+    start = _start_encoder(ctx, model, trainer)
+    ctx.progress(f"encoder from {start}; {len(train)} train examples, dev sets "
+                 + ", ".join(f"{n} ({len(d)})" for n, (d, _) in dev_sets.items())
+                 + f"; {len(labels)} labels")
 
     def make_dataset(skip_batches: int):
         ds = tf.data.Dataset.from_tensor_slices(train_arrays)
@@ -110,31 +159,32 @@ def run(ctx) -> dict:
 
     result = trainer.train(make_dataset)
 
-    probs = _predict(model, dev_arrays, batch_size)
-    predicted = probs.argmax(axis=1) if len(dev) else np.zeros([0], np.int64)
-    gold = dev_arrays["label_ids"]
-    accuracy = float((predicted == gold).mean()) if len(dev) else 0.0
     majority_label = collections.Counter(label for _, label in train).most_common(1)[0][0]
-    majority = (sum(label == majority_label for _, label in dev) / len(dev)) if dev else 0.0
-    metrics = {
-        "accuracy": accuracy,
-        "majority_baseline": majority,
-        "majority_label": majority_label,
+    scores = {}
+    for name, (dev, dev_arrays) in dev_sets.items():
+        scores[name], rows = _score(model, dev, dev_arrays, labels, batch_size, majority_label)
+        with open(os.path.join(ctx.work_dir, predictions_file(name)), "w",
+                  encoding="utf-8") as f:
+            f.write("\t".join(["label", "prediction", "probability", *text_fields]) + "\n")
+            for label, prediction, probability, texts in rows:
+                f.write("\t".join([label, prediction, probability,
+                                   *(_clean(t) for t in texts)]) + "\n")
+        ctx.progress(f"dev set {name}: accuracy {scores[name]['accuracy']:.4f} (majority "
+                     f"baseline {scores[name]['majority_baseline']:.4f}, "
+                     f"{scores[name]['examples']} examples)")
+    first = scores[next(iter(scores))]
+    summary = {
+        "accuracy": first["accuracy"],
+        "majority_baseline": first["majority_baseline"],
+        "dev_sets": scores,
         "num_labels": len(labels),
-        "labels": labels,
-        "dev_examples": len(dev),
+        "dev_examples": sum(s["examples"] for s in scores.values()),
         "train_examples": len(train),
-        "train_loss": result.get("loss"),
         "step": result["step"],
     }
+    metrics = dict(summary, majority_label=majority_label, labels=labels,
+                   train_loss=result.get("loss"), initialised_from=start)
     with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
-    with open(os.path.join(ctx.work_dir, PREDICTIONS_FILE), "w", encoding="utf-8") as f:
-        f.write("\t".join(["label", "prediction", "probability", *text_fields]) + "\n")
-        for (texts, label), k, row in zip(dev, predicted, probs):
-            f.write("\t".join([label, labels[k], f"{row[k]:.4f}",
-                               *(_clean(t) for t in texts)]) + "\n")
-    ctx.progress(f"dev accuracy {accuracy:.4f} (majority baseline {majority:.4f})")
-    return {"accuracy": accuracy, "majority_baseline": majority, "num_labels": len(labels),
-            "dev_examples": len(dev), "train_examples": len(train), "step": result["step"]}
+    return summary

@@ -16,11 +16,14 @@ _DIAGNOSTIC_LINES = 20_000
 
 def run(ctx: StageContext) -> dict:
     p = ctx.params
-    train_files = expand_globs(ctx.inputs["train_files"])
+    train_files = expand_globs(ctx.inputs.get("train_files") or [])
     heldout_patterns = ctx.inputs.get("heldout_files") or []
     if p.get("vocab_path"):
+        # The input is the local copy of a gs:// vocab (a one-file list), or the path itself.
+        local = ctx.inputs.get("vocab_file") or p["vocab_path"]
+        local = local[0] if isinstance(local, list) else local
         ctx.progress(f"adopting {p['vocab_path']}")
-        vocab_type = spm_vocab.adopt_vocab(p["vocab_path"], ctx.work_dir)
+        vocab_type = spm_vocab.adopt_vocab(local, ctx.work_dir)
     else:
         ctx.progress(f"training a {p['model_type']} SentencePiece vocab of {p['vocab_size']} "
                      f"on up to {p['max_sentences']:,} lines of {len(train_files)} file(s)")
@@ -32,14 +35,16 @@ def run(ctx: StageContext) -> dict:
         vocab_type = "sentencepiece"
     # Held-out text when there is some; else a train sample (then the UNK rate is optimistic).
     diag_files = expand_globs(heldout_patterns) if heldout_patterns else train_files
-    lines = sample_lines(diag_files, _DIAGNOSTIC_LINES, p["seed"] + 1)
+    seed = p.get("seed") or 0  # an adopted vocab has no sampling seed of its own
+    lines = sample_lines(diag_files, _DIAGNOSTIC_LINES, seed + 1) if diag_files else []
     report = spm_vocab.write_report(ctx.work_dir, vocab_type, p["do_lower_case"], lines,
                                     "held-out text" if heldout_patterns else "a train sample")
     if "warning" in report:
         ctx.progress("WARNING: " + report["warning"])
     summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}
     summary["type"] = vocab_type
-    summary["diagnostics_on"] = "heldout" if heldout_patterns else "train sample"
+    summary["diagnostics_on"] = ("heldout" if heldout_patterns else
+                                 "train sample" if train_files else "no text (none given)")
     if "warning" in report:
         summary["warning"] = report["warning"]
     return summary
