@@ -6,6 +6,8 @@
   anything, see ``split_cpu``).
 - ``{"type": "gpu", "devices": [...]?}``: MirroredStrategy over the local GPUs (or the
   devices named).
+- CPU or GPU with a TF_CONFIG naming several workers (runtime/cluster.py):
+  MultiWorkerMirroredStrategy over every worker's devices.
 - ``{"type": "tpu", "tpu"?: "<tpu name or grpc://address>", "zone"?, "project"?}``:
   TPUClusterResolver (see ``tpu_address``) -> connect -> initialise the TPU system ->
   TPUStrategy.
@@ -22,6 +24,8 @@ import os
 from typing import Any, Mapping
 
 import tensorflow as tf
+
+from runexp.runtime import cluster
 
 
 def configure_threads(intra_op: int | None = None, inter_op: int | None = None) -> bool:
@@ -75,6 +79,9 @@ def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strate
     """Returns the strategy the accelerator dict asks for (see the module docstring)."""
     accelerator = dict(accelerator or {})
     kind = str(accelerator.get("type", "cpu")).lower()
+    if kind in ("cpu", "gpu") and cluster.is_multi_worker():
+        # Every worker's devices, gradients all-reduced across the cluster TF_CONFIG names.
+        return tf.distribute.MultiWorkerMirroredStrategy()
     if kind == "cpu":
         replicas = int(accelerator.get("replicas", 1))
         if replicas > 1:

@@ -47,6 +47,7 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from runexp.runtime.checkpoints import CHECKPOINT_SUBDIR, checkpoint_step
+from runexp.runtime import cluster
 from runexp.runtime.optimizer import DynamicLossScale
 from runexp.runtime.preemption import DeadlineReached, Preempted, PreemptionWatcher
 
@@ -135,7 +136,40 @@ def distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
     """The dataset as the strategy's replicas read it (unchanged for one replica)."""
     if strategy.num_replicas_in_sync == 1:
         return dataset
+    if cluster.is_multi_worker():
+        # Each worker reads the whole stream and keeps its share of every global batch: the
+        # same examples per step, in the same order, as on one machine (and as a resumed run
+        # skips to), whatever the number of files.
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.DATA
+        dataset = dataset.with_options(options)
     return strategy.experimental_distribute_dataset(dataset)
+
+
+def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables) -> None:
+    """Sets every replica's copy of ``variables`` to replica 0's (the chief's): after a restore
+    that only the chief could make, every worker continues from the same state."""
+    if strategy.num_replicas_in_sync == 1:
+        return
+
+    def replica_fn():
+        ctx = tf.distribute.get_replica_context()
+        first = tf.equal(ctx.replica_id_in_sync_group, 0)
+        out = [None] * len(variables)
+        # One all-reduce per dtype (they are packed together); integer state (steps, data
+        # position, RNG state) is summed as integers: exact.
+        for dtype in {v.dtype for v in variables}:
+            idx = [i for i, v in enumerate(variables) if v.dtype == dtype]
+            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                    [variables[i] * tf.cast(first, dtype) for i in idx])
+            for i, value in zip(idx, summed):
+                out[i] = value
+        return out
+
+    summed = strategy.run(tf.function(replica_fn))
+    for var, value in zip(variables, summed):
+        var.assign(strategy.experimental_local_results(value)[0])
 
 
 def _reduce(strategy, per_replica: Mapping, op=tf.distribute.ReduceOp.SUM) -> dict:
@@ -223,6 +257,17 @@ class Trainer:
     @property
     def step(self) -> int:
         return int(self.optimizer.iterations.numpy())
+
+    def _state_variables(self) -> list:
+        """Everything a checkpoint holds: weights, optimizer slots and step, data position."""
+        seen, out = set(), []
+        for module in (self.model, self.optimizer, self.loss_scale):
+            for v in (module.variables if module is not None else ()):
+                if id(v) not in seen:
+                    seen.add(id(v))
+                    out.append(v)
+        out.append(self.batches_consumed)
+        return out
 
     def restore_latest(self) -> str | None:
         """Restores the newest checkpoint in work_dir, if any; returns its prefix."""
@@ -384,6 +429,9 @@ class Trainer:
         cfg = self.config
         os.makedirs(self.work_dir, exist_ok=True)
         resumed_from = self.restore_latest()
+        if cluster.is_multi_worker():
+            # Only the chief reads the stage's checkpoints (the others work in private dirs).
+            broadcast_from_first_replica(self.strategy, self._state_variables())
         start = self.step
         self._trim_logs(start)
         if resumed_from:

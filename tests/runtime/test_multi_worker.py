@@ -1,0 +1,103 @@
+"""Multi-worker training: two processes with TF_CONFIG on this machine, under
+MultiWorkerMirroredStrategy, train as one process would at the same global batch.
+
+The chief resumes from a checkpoint only it can see (its stage directory); the other worker
+starts in an empty private directory and gets the chief's state (weights, optimizer slots,
+step, data position, dropout RNG) broadcast before the first step. Both then read every global
+batch and keep their halves, so the run must end with the same weights as a single process
+continuing the same checkpoint.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from runtime_testlib import TINY_MODEL, pretrain_params
+from runexp.runtime import checkpoints
+
+CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")
+NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                  num_hidden_layers=1)
+
+
+def _free_ports(n):
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _spec(tmp_path, name, work_dir, inputs, steps):
+    params = pretrain_params(model=NO_DROPOUT, train_steps=steps, log_every=1, steps_per_loop=2,
+                             checkpoint_every=2, accelerator={"type": "cpu"})
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps({"runs": [{"kind": "pretrain", "params": params,
+                                          "inputs": inputs, "work_dir": str(work_dir)}]}))
+    return str(path)
+
+
+def _run(spec, env=None):
+    return subprocess.Popen([sys.executable, CHILD, spec], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-2000:] + err[-3000:]
+    return out
+
+
+def _weights(work_dir):
+    reader = tf.train.load_checkpoint(
+        checkpoints.latest_checkpoint(os.path.join(work_dir, "checkpoints")))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+            if n.startswith("model/")}
+
+
+def test_two_workers_continue_a_checkpoint_as_one_process_would(pretrain_data, tmp_path):
+    data_dir, vocab_dir = pretrain_data
+    inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
+    single = tmp_path / "single"
+    _finish(_run(_spec(tmp_path, "half", single, inputs, steps=2)))
+    chief_dir = tmp_path / "chief"
+    shutil.copytree(single, chief_dir)  # the checkpoint at step 2, seen by the chief only
+    reference = _run(_spec(tmp_path, "rest", single, inputs, steps=4))
+
+    ports = _free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
+    workers = []
+    for index, work_dir in enumerate((chief_dir, tmp_path / "worker1_private")):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                     "task": {"type": "worker",
+                                                              "index": index}}))
+        workers.append(_run(_spec(tmp_path, f"w{index}", work_dir, inputs, steps=4), env))
+    chief_out = _finish(workers[0])
+    _finish(workers[1])
+    _finish(reference)
+
+    assert "2 replica(s)" in chief_out
+    assert "resuming from" in chief_out and "at step 2/4" in chief_out
+    with open(single / "train_log.jsonl") as f:
+        expected = [json.loads(line) for line in f][-2:]
+    with open(chief_dir / "train_log.jsonl") as f:
+        got = [json.loads(line) for line in f][-2:]
+    assert [r["step"] for r in got] == [3, 4]
+    for a, b in zip(got, expected):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["batches_consumed"] == b["batches_consumed"]
+    ours, theirs = _weights(str(chief_dir)), _weights(str(single))
+    assert len(ours) > 15
+    for name, value in theirs.items():
+        np.testing.assert_allclose(ours[name], value, atol=5e-5, err_msg=name)
+    # The non-chief's writes stay in its private directory.
+    assert not any(p.name.startswith("worker1") for p in chief_dir.iterdir())
