@@ -1,6 +1,6 @@
 """Dry-run latency: `runexp --dry_run` against the peer's start-up (`python -c "import seqio"`).
 
-    .venv/bin/python bench/dry_run.py [--runs 7] [--gin_file quickstart.gin]
+    .venv/bin/python bench/dry_run.py [--runs 7] [--gin_file experiments/continue_multilingual_base_tpu_v3_8.gin]
 
 Runs both commands alternately in fresh processes (Python start-up included) and prints the
 medians and their ratio; ends with one line:
@@ -27,7 +27,8 @@ def timed(cmd, ok_codes=(0, 2)):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=7)
-    p.add_argument("--gin_file", default="quickstart.gin")
+    p.add_argument("--gin_file", default="experiments/continue_multilingual_base_tpu_v3_8.gin",
+                   help="default: the bert-base TPU reference experiment (gs:// paths)")
     p.add_argument("--no_peer", action="store_true", help="skip the seqio import timing")
     args = p.parse_args()
     runexp = [os.path.join(os.path.dirname(sys.executable), "runexp"),

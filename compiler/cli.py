@@ -276,6 +276,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                   file=sys.stderr)
             return EXIT_USER_ERROR
     states = plan_states(plan)
+    from runexp.compiler.preflight import errors as preflight_errors, preflight
+
+    findings = preflight(plan)
+    problems = preflight_errors(findings)
     if args.dry_run:
         if args.plan_format == "json":
             import dataclasses
@@ -286,14 +290,27 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             d = plan.to_dict()
             d["actions"] = {k: {"action": s.action, "reason": s.reason} for k, s in states.items()}
             d["estimates"] = {k: dataclasses.asdict(e) for k, e in estimates(plan).items()}
+            d["preflight"] = findings
             print(json.dumps(d, indent=2, sort_keys=True))
         else:
-            print(render_plan(plan, states, dry_run=True))
+            print(render_plan(plan, states, dry_run=True, preflight=findings))
+        if problems:
+            print(f"error: preflight found {len(problems)} problem(s) (listed under "
+                  "Preflight above): fix them before running", file=sys.stderr)
+            return EXIT_USER_ERROR
         pending = any(s.action != REUSE for s in states.values())
         return EXIT_PENDING if pending else EXIT_OK
 
     for w in plan.warnings:
         print(w, file=sys.stderr)
+    if problems:  # before anything is written
+        print("error: preflight found problem(s) with where this plan reads and writes:\n  "
+              + "\n  ".join(problems) + "\n  hint: fix them, then run the same command again "
+              "(`--dry_run` shows every check)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    for finding in findings:
+        if finding.startswith(("WARNING:", "skipped:")):
+            print(f"preflight: {finding}", file=sys.stderr)
     return _launch(plan, argv)
 
 

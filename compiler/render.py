@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from runexp.compiler.estimates import estimates
 from runexp.compiler.plan import RUN_TIME, Plan
@@ -52,7 +52,7 @@ def summary_line(states: dict[str, StageState]) -> str:
 
 
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
-                verbose: bool = True) -> str:
+                verbose: bool = True, preflight: Sequence[str] = ()) -> str:
     lines = [f"runexp plan for experiment {plan.experiment!r}"]
     lines.append(f"  gin files:   {', '.join(_display(f) for f in plan.gin_files_read)}")
     if plan.gin_params:
@@ -100,11 +100,18 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                      "made):")
         lines += [f"    {line}" for line in est.lines(plan.accelerator)]
         lines.append("")
+    if preflight:
+        lines.append("Preflight (storage; see compiler/preflight.py):")
+        lines += [f"    {finding}" for finding in preflight]
+        lines.append("")
     for w in plan.warnings:
         lines.append(w)
         lines.append("")
     lines.append(summary_line(states))
     if dry_run:
-        lines.append("This was a dry run: nothing was executed or written. Run the same "
-                     "command without --dry_run to apply the plan.")
+        probed = any("probe object" in f or "can create and delete objects" in f
+                     for f in preflight)
+        lines.append("This was a dry run: nothing was executed or written"
+                     + (" (but the preflight's probe object, deleted at once)" if probed else "")
+                     + ". Run the same command without --dry_run to apply the plan.")
     return "\n".join(lines)

@@ -202,10 +202,28 @@ def _load_tensorflow_quietly(accelerator: dict) -> None:
             os.close(saved)
 
 
+def _confine(plan: Plan) -> None:
+    """Refuses, before anything is written, a plan that would write outside its output root:
+    a stage directory with ``..`` segments, or behind (or holding) a symlink leading out."""
+    from runexp.runtime import storage
+
+    for name in ("plan.json", "operative_config.gin"):
+        storage.confined(plan.output_root, uris.join(plan.output_root, name))
+    for stage in plan.stages:
+        # The id names the stage's directory, here and in a gs:// run's local cache.
+        storage.confined(plan.output_root, uris.join(plan.output_root, stage.id))
+        storage.confined(plan.output_root, stage.output_dir)
+
+
 def run_plan(plan: Plan) -> int:
     """Runs every stage of `plan` that is not already done. Returns an exit code."""
     from runexp.runtime import storage
 
+    try:
+        _confine(plan)
+    except storage.OutsideRootError as e:
+        print(f"error: {e}\n  nothing was written", file=sys.stderr)
+        return EXIT_USER_ERROR
     mirror = None
     if uris.is_gcs(plan.output_root):
         from runexp.runtime.mirror import Mirror

@@ -7,7 +7,9 @@ local paths). For a gs:// experiment the executor therefore gives each handler a
 - inputs on gs:// (upstream stage directories, corpus files) are downloaded, verified, into a
   cache directory first (`pull`); a mirrored stage directory is reused while its fingerprint
   matches;
-- the handler writes into a local work directory;
+- the handler writes into a local work directory; a resumed training stage's starts as a
+  copy of the remote one, less checkpoint files the pointer does not list (what a run killed
+  mid-upload or mid-deletion left);
 - `sync` uploads what changed (verified), TensorFlow's `checkpoint` state file last, so the
   remote "latest" only ever names a checkpoint whose files are all uploaded; remote files that
   disappeared locally (checkpoints dropped by keep-last-K) are deleted only after that.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 
 from runexp.compiler import uris
@@ -111,6 +114,11 @@ class Mirror:
 
     def _input_path(self, uri: str) -> str:
         bucket, key = storage.split_gcs(uri)
+        if any(part in (".", "..") for part in key.split("/")):
+            # Kept literally by Cloud Storage, resolved by the local filesystem: the copy
+            # would land outside the cache.
+            raise storage.OutsideRootError(f"{uri} has a '.' or '..' segment: rename the "
+                                           "object, runexp will not copy it", uri)
         return os.path.join(self.root, "inputs", bucket, *key.split("/"))
 
     def _download_input(self, uri: str) -> str:
@@ -125,23 +133,21 @@ class Mirror:
         work = self.local_dir(stage) + ".work"
         if os.path.isdir(work):
             shutil.rmtree(work)
+        synced = {}
         if resume and storage.exists(stage.output_dir):
             storage.download_dir(stage.output_dir, work)
+            _drop_uncommitted_checkpoints(work)
+            # What was just downloaded is in the bucket already: sync uploads only changes.
+            synced = _file_states(work)
         os.makedirs(work, exist_ok=True)
-        self._synced[stage.id] = {}
+        self._synced[stage.id] = synced
         return dataclasses.replace(stage, inputs=inputs, output_dir=work)
 
     def sync(self, stage: Stage, work: str) -> None:
         """Uploads new and changed files of `work`, the checkpoint pointer last, then deletes
         remote files that no longer exist locally."""
         seen = self._synced.setdefault(stage.id, {})
-        local_files = {}
-        for dirpath, _, names in os.walk(work):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                rel = os.path.relpath(path, work).replace(os.sep, "/")
-                st = os.stat(path)
-                local_files[rel] = (st.st_size, st.st_mtime_ns)
+        local_files = _file_states(work)
         order = sorted(r for r in local_files if r != CHECKPOINT_STATE)
         if CHECKPOINT_STATE in local_files:
             order.append(CHECKPOINT_STATE)
@@ -149,14 +155,15 @@ class Mirror:
             if seen.get(rel) != local_files[rel]:
                 storage.upload_file(os.path.join(work, rel), storage.join(stage.output_dir, rel))
                 seen[rel] = local_files[rel]
-        remote = storage.list(stage.output_dir)
         prefix = stage.output_dir.rstrip("/") + "/"
-        for uri in remote:
-            rel = uri[len(prefix):]
-            if rel not in local_files and rel not in ("STARTED.json", "MANIFEST.json",
-                                                      "COMPLETED"):
-                storage.delete(uri, missing_ok=True)
-                seen.pop(rel, None)
+        stale = [uri for uri in storage.list(stage.output_dir)
+                 if uri[len(prefix):] not in local_files
+                 and uri[len(prefix):] not in ("STARTED.json", "MANIFEST.json", "COMPLETED")]
+        # A checkpoint's .index first: without it TensorFlow sees no checkpoint there, so a
+        # deletion cut short never leaves something that looks like a whole one.
+        for uri in sorted(stale, key=lambda u: not u.endswith(".index")):
+            storage.delete(uri, missing_ok=True)
+            seen.pop(uri[len(prefix):], None)
 
     def finish(self, stage: Stage, work: str) -> None:
         """After the stage completed remotely: the work directory becomes the mirror."""
@@ -166,3 +173,38 @@ class Mirror:
         os.replace(work, local)
         with open(os.path.join(local, MIRROR_MARK), "w") as f:
             f.write(stage.fingerprint)
+
+
+def _file_states(work: str) -> dict[str, tuple]:
+    """{relative path: (size, mtime)} of every file under ``work``: what sync compares."""
+    states = {}
+    for dirpath, _, names in os.walk(work):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            states[os.path.relpath(path, work).replace(os.sep, "/")] = (st.st_size,
+                                                                        st.st_mtime_ns)
+    return states
+
+
+_CHECKPOINT_FILE = re.compile(r"^(.+)\.(index|data-\d+-of-\d+)$")
+_LISTED = re.compile(r'^(?:all_)?model_checkpoint_paths?:\s*"([^"]*)"', re.M)
+
+
+def _drop_uncommitted_checkpoints(work: str) -> None:
+    """Removes checkpoint files that TensorFlow's pointer does not list: what a run killed
+    mid-upload or mid-deletion left. They were never (or are no longer) committed, and
+    TensorFlow would neither use nor delete them; the next sync deletes them remotely, after
+    the pointer is uploaded."""
+    directory = os.path.join(work, *CHECKPOINT_STATE.split("/")[:-1])
+    if not os.path.isdir(directory):
+        return
+    pointer = os.path.join(work, *CHECKPOINT_STATE.split("/"))
+    listed = set()
+    if os.path.isfile(pointer):
+        with open(pointer, encoding="utf-8") as f:
+            listed = {os.path.basename(p) for p in _LISTED.findall(f.read())}
+    for name in os.listdir(directory):
+        match = _CHECKPOINT_FILE.match(name)
+        if match and match.group(1) not in listed:
+            os.remove(os.path.join(directory, name))

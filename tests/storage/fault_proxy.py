@@ -10,11 +10,18 @@ Stdlib only. Point ``STORAGE_EMULATOR_HOST`` at ``proxy.endpoint`` and queue fau
                                                  # answer altered after upstream acted on it
     proxy.hook(fn)                               # before forwarding: fn(method, path) ->
                                                  # (status, body) to answer, or None to go on
+    proxy.fail(503, match="upload", key="/ckpt-4.index")  # only uploads of that object
 
 Each request takes the first queued fault whose ``match`` fits it ("any", "upload",
-"download", or a regex searched in "METHOD /path?query"), after letting ``skip`` matching
+"download", or a regex searched in "METHOD /path?query") and whose ``key`` regex, if
+given, is found in the name of the object the request is about (from the path, or for an
+upload from its metadata: the body is then read before the fault acts, so a ``cut_upload``
+restricted to an object cuts after the whole body arrived), after letting ``skip`` matching
 requests through untouched; a fault is used ``times`` times, then dropped.
-Every request is logged in ``proxy.log`` as (method, path, outcome). The proxy serves one
+``hook`` may block (e.g. on a ``threading.Event``) to hold a request in flight while a test
+kills the client.
+Every request is logged in ``proxy.log`` as a (method, path, outcome) tuple whose ``key``
+attribute is the name of the object concerned, when known. The proxy serves one
 request per connection (HTTP/1.0, like the emulator), with socket timeouts, in daemon threads;
 ``stop()`` shuts it down (the fixture does).
 """
@@ -24,11 +31,12 @@ from __future__ import annotations
 import dataclasses
 import http.client
 import http.server
+import json
 import re
 import socket
 import struct
 import threading
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
                "proxy-connection", "content-length"}
@@ -43,8 +51,11 @@ class Fault:
     status: int = 503
     after_bytes: int = 0
     fn: object = None
+    key: str | None = None  # regex searched in the name of the object concerned
 
-    def fits(self, method: str, target: str) -> bool:
+    def fits(self, method: str, target: str, name: str | None) -> bool:
+        if self.key is not None and (name is None or not re.search(self.key, name)):
+            return False
         if self.match == "any":
             return True
         if self.match == "upload":
@@ -54,12 +65,46 @@ class Fault:
         return re.search(self.match, f"{method} {target}") is not None
 
 
+_OBJECT_PATH = re.compile(r"^(?:/download|/upload)?/storage/v1/b/[^/]+/o/([^?]+)")
+_METADATA_PART = re.compile(rb"\r\n\r\n(\{.*?\})\r\n--", re.S)
+
+
+def object_name(target: str, body: bytes | None) -> str | None:
+    """The name of the object a JSON API request is about, if it names one: from the path
+    (reads, metadata, deletes), the ``name`` query parameter, or an upload's metadata (a
+    multipart body's JSON part, or a resumable upload's initiating JSON body)."""
+    url = urlparse(target)
+    found = _OBJECT_PATH.match(url.path)
+    if found:
+        return unquote(found.group(1))
+    names = parse_qs(url.query).get("name")
+    if names:
+        return names[0]
+    if not body:
+        return None
+    part = _METADATA_PART.search(body[:65536])
+    try:
+        metadata = json.loads(part.group(1) if part else body)
+    except ValueError:
+        return None
+    return metadata.get("name") if isinstance(metadata, dict) else None
+
+
+class Request(tuple):
+    """One logged request: (method, path, outcome), and ``key``, the object's name or None."""
+
+    def __new__(cls, method: str, path: str, outcome: str, key: str | None = None):
+        entry = super().__new__(cls, (method, path, outcome))
+        entry.key = key
+        return entry
+
+
 class FaultProxy:
     def __init__(self, upstream: str, socket_timeout: float = 30.0):
         url = urlparse(upstream)
         self.upstream = (url.hostname, url.port)
         self.socket_timeout = socket_timeout
-        self.log: list[tuple[str, str, str]] = []
+        self.log: list[Request] = []
         self.injected = 0
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -76,26 +121,29 @@ class FaultProxy:
 
     # -- queueing faults ----------------------------------------------------------------------
 
-    def fail(self, status: int, times: int = 1, match: str = "any", skip: int = 0) -> None:
+    def fail(self, status: int, times: int = 1, match: str = "any", skip: int = 0,
+             key: str | None = None) -> None:
         """Answer ``status`` (nothing reaches upstream)."""
-        self._add(Fault("status", times, match, skip, status=status))
+        self._add(Fault("status", times, match, skip, status=status, key=key))
 
     def reset(self, times: int = 1, match: str = "any", after_bytes: int = 0,
-              skip: int = 0) -> None:
+              skip: int = 0, key: str | None = None) -> None:
         """Forward, then reset the connection after relaying ``after_bytes`` of the body."""
-        self._add(Fault("reset", times, match, skip, after_bytes=after_bytes))
+        self._add(Fault("reset", times, match, skip, after_bytes=after_bytes, key=key))
 
     def cut_upload(self, after_bytes: int, times: int = 1, match: str = "upload",
-                   skip: int = 0) -> None:
+                   skip: int = 0, key: str | None = None) -> None:
         """Read ``after_bytes`` of the request body, then reset; nothing reaches upstream."""
-        self._add(Fault("cut_upload", times, match, skip, after_bytes=after_bytes))
+        self._add(Fault("cut_upload", times, match, skip, after_bytes=after_bytes,
+                        key=key))
 
-    def rewrite(self, fn, times: int = 1, match: str = "any", skip: int = 0) -> None:
+    def rewrite(self, fn, times: int = 1, match: str = "any", skip: int = 0,
+                key: str | None = None) -> None:
         """Forward, then answer ``fn(status, headers, body)`` instead of upstream's reply."""
-        self._add(Fault("rewrite", times, match, skip, fn=fn))
+        self._add(Fault("rewrite", times, match, skip, fn=fn, key=key))
 
     def corrupt(self, times: int = 1, match: str = "download", strip_hash: bool = False,
-                skip: int = 0) -> None:
+                skip: int = 0, key: str | None = None) -> None:
         """Flip one byte in the middle of the response body; optionally drop x-goog-hash."""
         def flip(status, headers, body):
             if body:
@@ -104,10 +152,12 @@ class FaultProxy:
             if strip_hash:
                 headers = [(k, v) for k, v in headers if k.lower() != "x-goog-hash"]
             return status, headers, body
-        self.rewrite(flip, times, match, skip)
+        self.rewrite(flip, times, match, skip, key)
 
-    def hook(self, fn, times: int = 1, match: str = "any", skip: int = 0) -> None:
-        self._add(Fault("hook", times, match, skip, fn=fn))
+    def hook(self, fn, times: int = 1, match: str = "any", skip: int = 0,
+             key: str | None = None) -> None:
+        """Before forwarding, call ``fn(method, path)``: (status, body) answers, None goes on."""
+        self._add(Fault("hook", times, match, skip, fn=fn, key=key))
 
     def clear(self) -> None:
         with self._lock:
@@ -126,10 +176,14 @@ class FaultProxy:
         with self._lock:
             self._faults.append(fault)
 
-    def _take(self, method: str, target: str) -> Fault | None:
+    def _names_wanted(self) -> bool:
+        with self._lock:
+            return any(f.key is not None for f in self._faults)
+
+    def _take(self, method: str, target: str, name: str | None = None) -> Fault | None:
         with self._lock:
             for fault in self._faults:
-                if fault.fits(method, target):
+                if fault.fits(method, target, name):
                     if fault.skip > 0:
                         fault.skip -= 1
                         return None
@@ -140,9 +194,9 @@ class FaultProxy:
                     return fault
         return None
 
-    def _record(self, method: str, target: str, outcome: str) -> None:
+    def _record(self, method: str, target: str, outcome: str, key: str | None = None) -> None:
         with self._lock:
-            self.log.append((method, target, outcome))
+            self.log.append(Request(method, target, outcome, key))
 
 
 class _Server(http.server.ThreadingHTTPServer):
@@ -170,36 +224,43 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _handle(self):
         owner, method, target = self.owner, self.command, self.path
-        fault = owner._take(method, target)
         length = int(self.headers.get("Content-Length") or 0)
+        body = None
+        if target.startswith("/upload/") and owner._names_wanted():
+            body = self.rfile.read(length) if length else b""  # the name is in the metadata
+        key = object_name(target, body)
+        fault = owner._take(method, target, key)
 
         if fault and fault.kind == "cut_upload":
-            self.rfile.read(min(length, fault.after_bytes))
-            owner._record(method, target, f"cut after {fault.after_bytes} bytes")
+            if body is None:
+                self.rfile.read(min(length, fault.after_bytes))
+            owner._record(method, target, f"cut after {fault.after_bytes} bytes", key)
             return self._reset_now()
-        body = self.rfile.read(length) if length else b""
+        if body is None:
+            body = self.rfile.read(length) if length else b""
+            key = key or object_name(target, body)
         if fault and fault.kind == "status":
-            owner._record(method, target, str(fault.status))
+            owner._record(method, target, str(fault.status), key)
             return self._reply(fault.status, b'{"error": {"code": %d, "message": "injected"}}'
                                % fault.status, {"Content-Type": "application/json"})
         if fault and fault.kind == "hook":
             answer = fault.fn(method, target)
             if answer is not None:
-                owner._record(method, target, f"hook {answer[0]}")
+                owner._record(method, target, f"hook {answer[0]}", key)
                 return self._reply(answer[0], answer[1], {"Content-Type": "application/json"})
 
         status, headers, payload = self._forward(method, target, body)
         if fault and fault.kind == "rewrite":
             upstream_status = status
             status, headers, payload = fault.fn(status, headers, payload)
-            owner._record(method, target, f"{upstream_status} rewritten to {status}")
+            owner._record(method, target, f"{upstream_status} rewritten to {status}", key)
         elif fault and fault.kind == "reset":
             self._start_reply(status, headers, len(payload))
             self.wfile.write(payload[:fault.after_bytes])
-            owner._record(method, target, f"reset after {fault.after_bytes} bytes")
+            owner._record(method, target, f"reset after {fault.after_bytes} bytes", key)
             return self._reset_now()
         else:
-            owner._record(method, target, str(status))
+            owner._record(method, target, str(status), key)
         self._start_reply(status, headers, len(payload))
         self.wfile.write(payload)
 

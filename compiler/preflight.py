@@ -1,0 +1,91 @@
+"""Preflight: cheap checks of where a plan reads and writes, before anything runs.
+
+On gs:// (through the storage layer; google-cloud-storage loads only then): the output
+bucket exists, objects can be created and deleted under the root (a probe object, deleted at
+once), the bucket's location suits the TPU's zone, the TPU's service account is granted
+access when that can be read, no binding makes the bucket public; every gs:// input outside
+the output root matches at least one object. Offline or without credentials the checks are
+skipped with a note, never a failure. A local root is checked without writing: the nearest
+existing directory must be writable.
+
+Each finding starts with "ok:", "WARNING:", "error:" or "skipped:"; errors stop a run.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional
+
+from runexp.compiler import uris
+from runexp.compiler.plan import Plan
+
+
+def zone_region(zone: Optional[str]) -> Optional[str]:
+    """'us-central1-f' -> 'us-central1'."""
+    if not zone:
+        return None
+    return zone.rsplit("-", 1)[0] if zone.count("-") >= 2 else zone
+
+
+def _local_root(root: str) -> list[str]:
+    parent = root
+    while not os.path.exists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
+        return [f"ok: can write under {parent}" + ("" if parent == root else f" (creates {root})")]
+    return [f"error: cannot write under {parent}: fix its permissions or choose another "
+            "OUTPUT_ROOT"]
+
+
+def _gcs_inputs(plan: Plan) -> list[str]:
+    """gs:// inputs that are not stage outputs: files, globs and checkpoint prefixes."""
+    root = plan.output_root.rstrip("/") + "/"
+    found = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str) and uris.is_gcs(value) and not value.startswith(root):
+            found.append(value)
+
+    for stage in plan.stages:
+        walk(stage.inputs)
+    return sorted(set(found))
+
+
+def _check_inputs(storage, inputs: Iterable[str]) -> list[str]:
+    findings = []
+    for uri in inputs:
+        try:
+            if any(c in uri for c in "*?["):
+                ok = bool(storage.glob(uri))
+            else:  # an object, or a checkpoint prefix (<prefix>.index, <prefix>.data-*)
+                ok = storage.exists(uri) or bool(storage.glob(uri + ".*"))
+        except Exception as exc:  # noqa: BLE001 - permissions, network: say so, go on
+            findings.append(f"WARNING: cannot list {uri} ({type(exc).__name__}); not checked")
+            continue
+        findings.append(f"ok: {uri} exists" if ok else
+                        f"error: {uri} matches no object: check the path, or copy the data there")
+    return findings
+
+
+def preflight(plan: Plan) -> list[str]:
+    """The findings for `plan` (see the module docstring)."""
+    if not uris.is_gcs(plan.output_root):
+        return _local_root(plan.output_root)
+    from runexp.runtime import storage  # no TensorFlow; google-cloud-storage on first use
+
+    accel = plan.accelerator or {}
+    findings = storage.preflight(plan.output_root, region=zone_region(accel.get("zone")),
+                                 service_account=accel.get("service_account"))
+    if any(f.startswith("skipped:") for f in findings[:1]):
+        return findings  # offline or no credentials: the inputs cannot be checked either
+    return findings + _check_inputs(storage, _gcs_inputs(plan))
+
+
+def errors(findings: Iterable[str]) -> list[str]:
+    return [f for f in findings if f.startswith("error:")]

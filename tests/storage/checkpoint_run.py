@@ -1,0 +1,74 @@
+"""A one-stage experiment for checkpoint fault tests: the real pretrain stage, run by the
+executor on a gs:// output root, with a tiny model (a few seconds a run on a CPU).
+
+In the test process:
+    write_tiny_data(data_dir)
+    plan = tiny_plan(root, data_dir, train_steps=6, checkpoint_every=2, keep_checkpoints=2)
+    code = executor.run_plan(plan)
+
+As a child process a test can kill (storage settings come from the environment, e.g.
+STORAGE_EMULATOR_HOST and RUNEXP_CACHE_DIR):
+    python checkpoint_run.py SPEC.json
+SPEC: {"root", "data_dir", "params" (tiny_plan's overrides), "retry" (RetryPolicy fields)};
+the exit code is run_plan's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
+
+import runtime_testlib  # noqa: E402 - tests/runtime's helpers, by their unique module name
+
+STAGE_ID = "pretrain"
+EXAMPLES = 64
+
+
+def write_tiny_data(data_dir: str) -> None:
+    """vocab/ and preprocess/ (one shard of train records) for runtime_testlib's TINY_MODEL."""
+    vocab_size = runtime_testlib.TINY_MODEL["vocab_size"]
+    runtime_testlib.write_vocab_dir(os.path.join(data_dir, "vocab"), vocab_size)
+    runtime_testlib.write_pretraining_records(
+        os.path.join(data_dir, "preprocess"), "train", EXAMPLES, vocab_size,
+        runtime_testlib.TINY_SEQ, runtime_testlib.TINY_PRED, seed=1, num_shards=1)
+
+
+def tiny_plan(root: str, data_dir: str, **overrides):
+    """A Plan with one pretrain stage at ``<root>/pretrain``. The fingerprint covers every
+    param; the resume key leaves out train_steps, so a longer run continues a shorter one."""
+    from runexp.compiler.plan import Plan, Stage
+
+    params = runtime_testlib.pretrain_params(
+        batch_size=8, train_steps=6, warmup_steps=2, checkpoint_every=2, keep_checkpoints=2,
+        steps_per_loop=2, log_every=2)
+    params.update(overrides)
+    stage = Stage(
+        id=STAGE_ID, kind="pretrain", params=params,
+        inputs={"data_dir": os.path.join(data_dir, "preprocess"),
+                "vocab_dir": os.path.join(data_dir, "vocab")},
+        output_dir=f"{root.rstrip('/')}/{STAGE_ID}",
+        fingerprint=_digest(params), resume_key=_digest(
+            {k: v for k, v in params.items() if k != "train_steps"}))
+    return Plan(experiment="checkpoint-faults", output_root=root, stages=(stage,),
+                accelerator={"type": "cpu"})
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+def main(spec_path: str) -> int:
+    with open(spec_path) as f:
+        spec = json.load(f)
+    from runexp.runtime import executor, storage
+
+    storage.set_retry_policy(storage.RetryPolicy(**spec.get("retry", {})))
+    return executor.run_plan(tiny_plan(spec["root"], spec["data_dir"], **spec["params"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

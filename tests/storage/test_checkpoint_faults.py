@@ -1,0 +1,314 @@
+"""Training checkpoints on a gs:// output root when storage misbehaves or the process dies.
+
+Each scenario runs the real pretrain stage through the executor (a tiny model: checkpoints
+at steps 2, 4 and 6, a few seconds a run) with a FaultProxy between runexp and the loopback
+GCS server, then checks what a user relies on:
+
+- the remote checkpoint set is consistent: ``checkpoints/checkpoint`` (TensorFlow's pointer,
+  the commit of a checkpoint) lists only checkpoints whose .index and every .data shard are
+  in the bucket and read back in full: no dangling or partial "latest";
+- nothing committed is deleted before its replacement is committed: every deletion of a
+  checkpoint's objects comes after the upload of a newer checkpoint and of the pointer
+  naming it;
+- a rerun resumes from the last committed checkpoint (not from scratch), finishes, and
+  leaves no stray checkpoint files behind.
+
+Each scenario prints one line "CHECKPOINT FAULT <scenario>: ..." (run with -s) with the
+retries made, the seconds they cost, the training steps redone and the wall times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import checkpoint_run
+from runexp.runtime import storage
+
+EXIT_OK, EXIT_STAGE_FAILED = 0, 3
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_run.py")
+_CHECKPOINT_FILE = re.compile(r"^(ckpt-(\d+))\.(index|data-(\d{5})-of-(\d{5}))$")
+
+
+@pytest.fixture(scope="module")
+def tiny_data(tmp_path_factory):
+    data_dir = str(tmp_path_factory.mktemp("tiny-pretrain-data"))
+    checkpoint_run.write_tiny_data(data_dir)
+    return data_dir
+
+
+class Experiment:
+    """The one-stage tiny pretrain experiment at a fresh gs:// root, behind the proxy."""
+
+    def __init__(self, root, data_dir, tmp_path, proxy, retry):
+        self.root, self.data_dir, self.tmp_path, self.proxy = root, data_dir, tmp_path, proxy
+        self.stage_uri = f"{root}/{checkpoint_run.STAGE_ID}"
+        self.ckpt_uri = f"{self.stage_uri}/checkpoints"
+        self.retry = retry
+        self.output = ""
+
+    def run(self, **params) -> int:
+        """Runs the experiment in this process; returns run_plan's exit code."""
+        from runexp.runtime import executor
+
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = executor.run_plan(checkpoint_run.tiny_plan(self.root, self.data_dir,
+                                                              **params))
+        self.output = out.getvalue()
+        return code
+
+    def spawn(self, **params) -> subprocess.Popen:
+        """Runs the experiment in a child process (a test kills it); output in child.log."""
+        spec = self.tmp_path / "spec.json"
+        spec.write_text(json.dumps({"root": self.root, "data_dir": self.data_dir,
+                                    "params": params, "retry": self.retry}))
+        log = open(self.tmp_path / "child.log", "wb")
+        with log:
+            return subprocess.Popen([sys.executable, CHILD, str(spec)], stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def child_log(self) -> str:
+        return (self.tmp_path / "child.log").read_text(errors="replace")[-3000:]
+
+    def committed(self, strict: bool = False) -> list[int]:
+        """The steps of the checkpoints the remote pointer lists, after checking that each
+        is complete: its .index and all of its .data shards are there and every tensor
+        reads back in full. ``strict``: no other checkpoint file may be in the bucket."""
+        import tensorflow as tf
+
+        self.proxy.clear()  # the checks read through the proxy: no fault is meant for them
+        pointer = storage.read_text(f"{self.ckpt_uri}/checkpoint")
+        latest = re.search(r'^model_checkpoint_path: "([^"]+)"', pointer, re.M)
+        listed = re.findall(r'^all_model_checkpoint_paths: "([^"]+)"', pointer, re.M)
+        assert latest and latest.group(1) in listed, pointer
+        names = [uri.rsplit("/", 1)[1] for uri in storage.list(self.ckpt_uri)]
+        files = {}
+        for name in names:
+            match = _CHECKPOINT_FILE.match(name)
+            if match:
+                files.setdefault(match.group(1), []).append(match)
+        for prefix in listed:
+            assert "/" not in prefix, f"{prefix}: a path valid only where it was written"
+            parts = files.get(prefix, [])
+            assert any(m.group(3) == "index" for m in parts), f"{prefix}.index is missing"
+            shards = sorted((int(m.group(4)), int(m.group(5))) for m in parts if m.group(4))
+            assert shards and [i for i, _ in shards] == list(range(shards[0][1])), (
+                f"{prefix}: data shards (number, of) {shards}")
+            local = self.tmp_path / "check" / prefix
+            for m in parts:
+                storage.download_file(f"{self.ckpt_uri}/{m.group(0)}", str(local / m.group(0)))
+            reader = tf.train.load_checkpoint(str(local / prefix))
+            for tensor in reader.get_variable_to_shape_map():
+                reader.get_tensor(tensor)  # raises on a short or missing data file
+        if strict:
+            kept = {m.group(0) for prefix in listed for m in files.get(prefix, [])}
+            stray = sorted(set(names) - kept - {"checkpoint"})
+            assert not stray, f"files in checkpoints/ that no listed checkpoint owns: {stray}"
+        return sorted(int(p.rsplit("-", 1)[1]) for p in listed)
+
+    def assert_deletions_follow_commits(self) -> None:
+        """Every checkpoint object deleted went only after a newer checkpoint's .index and
+        .data and then the pointer were uploaded (in the proxy's log of both runs)."""
+        uploaded, newest_committed = set(), 0  # {(step, "index" | "data-")}
+        for entry in self.proxy.log:
+            method, path, outcome = entry
+            name = (entry.key or "").rsplit("/", 1)[-1]
+            match = _CHECKPOINT_FILE.match(name)
+            if method == "POST" and path.startswith("/upload/") and outcome == "200":
+                if match:
+                    uploaded.add((int(match.group(2)), match.group(3)[:5]))
+                elif name == "checkpoint":
+                    whole = [step for step, part in uploaded
+                             if part == "index" and (step, "data-") in uploaded]
+                    newest_committed = max(whole, default=0)
+            elif method == "DELETE" and match:
+                assert int(match.group(2)) < newest_committed, (
+                    f"{name} deleted before a newer checkpoint was committed "
+                    f"(newest committed: ckpt-{newest_committed})")
+
+    def resume(self, from_step: int, train_steps: int = 6, **params) -> dict:
+        """Reruns; checks that it resumed from ckpt-<from_step>, trained only the steps
+        left, completed the stage and left a consistent set, without uploading again the
+        checkpoint it resumed from; returns the summary."""
+        start = len(self.proxy.log)
+        code = self.run(train_steps=train_steps, **params)
+        assert code == EXIT_OK, self.output[-3000:]
+        assert "> pretrain: resuming" in self.output, self.output[-2000:]
+        summary = json.loads(storage.read_text(f"{self.stage_uri}/MANIFEST.json"))["summary"]
+        assert summary["resumed_from"].endswith(f"/ckpt-{from_step}"), summary
+        assert summary["step"] == train_steps
+        assert summary["steps_trained"] == train_steps - from_step
+        assert storage.exists(f"{self.stage_uri}/COMPLETED")
+        again = [e.key for e in self.proxy.log[start:] if e[1].startswith("/upload/")
+                 and f"/ckpt-{from_step}." in (e.key or "")]
+        assert again == [], f"uploaded again after resuming: {again}"
+        assert self.committed(strict=True)[-1] == train_steps
+        self.assert_deletions_follow_commits()
+        return summary
+
+
+@pytest.fixture
+def experiment(gcs_prefix, tiny_data, tmp_path, monkeypatch, fault_proxy, fast_retries):
+    monkeypatch.setenv("RUNEXP_CACHE_DIR", str(tmp_path / "cache"))
+    return Experiment(gcs_prefix, tiny_data, tmp_path, fault_proxy,
+                      retry=dataclasses.asdict(fast_retries))
+
+
+class Hold:
+    """A proxy hook that keeps one request in flight until released: the moment a test
+    kills the client. The request never reaches the server."""
+
+    def __init__(self):
+        self.arrived, self.released = threading.Event(), threading.Event()
+
+    def __call__(self, method, path):
+        self.arrived.set()
+        self.released.wait(timeout=120)
+        return 503, b'{"error": {"code": 503, "message": "held, then dropped"}}'
+
+
+def kill_when_held(experiment: Experiment, hold: Hold, **params) -> float:
+    """Starts the experiment in a child, SIGKILLs it while ``hold`` holds its request;
+    returns the child's wall time."""
+    t0 = time.monotonic()
+    child = experiment.spawn(**params)
+    try:
+        assert hold.arrived.wait(timeout=180), (
+            f"the held request never came; child:\n{experiment.child_log()}")
+        child.kill()
+        child.wait(timeout=30)
+    finally:
+        hold.released.set()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == -9, experiment.child_log()
+    return time.monotonic() - t0
+
+
+def report(scenario: str, redone: int, **walls: float) -> storage.RetryStats:
+    stats = storage.retry_stats()
+    times = " ".join(f"{name}={seconds:.1f}s" for name, seconds in walls.items())
+    print(f"\nCHECKPOINT FAULT {scenario}: retries={stats.retries} by_error={stats.by_error} "
+          f"gave_up={stats.gave_up} seconds_lost={stats.seconds_lost:.3f} "
+          f"steps_redone={redone} {times}")
+    return stats
+
+
+def test_429_storm_during_a_checkpoint_upload(experiment):
+    proxy = experiment.proxy
+    # A storm the retries ride out on ckpt-2's data, then one on ckpt-4's index that outlasts
+    # the retry budget: the stage stops with ckpt-4's data uploaded but not its index.
+    proxy.fail(429, times=4, match="upload", key=r"/ckpt-2\.data-")
+    proxy.fail(429, times=100, match="upload", key=r"/ckpt-4\.index$")
+    t0 = time.monotonic()
+    assert experiment.run() == EXIT_STAGE_FAILED, experiment.output[-3000:]
+    failed = time.monotonic() - t0
+    assert "ckpt-4.index: gave up after 6 tries" in experiment.output
+    assert experiment.committed() == [2]
+    assert not storage.exists(f"{experiment.stage_uri}/COMPLETED")
+    t1 = time.monotonic()
+    experiment.resume(from_step=2)
+    stats = report("429 storm on a checkpoint upload (x4 ridden out, then past the budget)",
+                   redone=2, failed_run=failed, resume=time.monotonic() - t1)
+    assert stats.by_error == {"429": 4 + 5} and stats.gave_up == 1
+
+
+def test_503_mid_upload_of_a_checkpoint_data_file(experiment):
+    proxy = experiment.proxy
+    # The server stores ckpt-4's data file but the reply is a 503, twice: the retries upload
+    # it again. Then ckpt-6's data file meets 503s past the budget.
+    lost_reply = lambda status, headers, body: (  # noqa: E731
+        503, headers, b'{"error": {"code": 503, "message": "injected"}}')
+    proxy.rewrite(lost_reply, times=2, match="upload", key=r"/ckpt-4\.data-")
+    proxy.fail(503, times=100, match="upload", key=r"/ckpt-6\.data-")
+    t0 = time.monotonic()
+    assert experiment.run() == EXIT_STAGE_FAILED, experiment.output[-3000:]
+    failed = time.monotonic() - t0
+    assert experiment.committed() == [2, 4]
+    t1 = time.monotonic()
+    experiment.resume(from_step=4)
+    stats = report("503 mid-upload of a checkpoint data file (x2 lost replies, then past "
+                   "the budget)", redone=2, failed_run=failed, resume=time.monotonic() - t1)
+    assert stats.by_error == {"503": 2 + 5} and stats.gave_up == 1
+
+
+def test_connection_reset_mid_download_of_the_checkpoint_on_resume(experiment):
+    t0 = time.monotonic()
+    assert experiment.run(train_steps=4) == EXIT_OK, experiment.output[-3000:]
+    first = time.monotonic() - t0
+    assert experiment.committed() == [2, 4]
+    storage.reset_retry_stats()
+    # Continuing the finished run to 6 steps downloads ckpt-4; its data is cut off twice.
+    experiment.proxy.reset(times=2, match="download", key=r"/ckpt-4\.data-",
+                           after_bytes=100_000)
+    t1 = time.monotonic()
+    experiment.resume(from_step=4, train_steps=6)
+    resets = [o for _, _, o in experiment.proxy.log if o.startswith("reset after")]
+    stats = report("connection reset x2 mid-download of ckpt-4 on resume", redone=0,
+                   first_run=first, resume=time.monotonic() - t1)
+    assert len(resets) == 2 and stats.retries == 2 and stats.gave_up == 0
+
+
+@pytest.mark.parametrize("held, key, skip", [
+    # ckpt-4's data is in the bucket, its index in flight.
+    ("ckpt-4.index", r"/ckpt-4\.index$", 0),
+    # ckpt-4 is whole in the bucket, the pointer naming it in flight (the first pointer
+    # upload, ckpt-2's, goes through).
+    ("checkpoints/checkpoint", r"/checkpoints/checkpoint$", 1),
+], ids=["index-in-flight", "pointer-in-flight"])
+def test_process_killed_mid_checkpoint_upload(experiment, held, key, skip):
+    hold = Hold()
+    experiment.proxy.hook(hold, match="upload", key=key, skip=skip)
+    killed = kill_when_held(experiment, hold)
+    assert experiment.committed() == [2]  # the pointer still names ckpt-2, which is whole
+    assert storage.glob(f"{experiment.ckpt_uri}/ckpt-4.data-*"), "killed too early"
+    assert not storage.exists(f"{experiment.stage_uri}/COMPLETED")
+    t1 = time.monotonic()
+    experiment.resume(from_step=2)
+    report(f"SIGKILL while uploading {held}", redone=2, killed_child=killed,
+           resume=time.monotonic() - t1)
+
+
+def test_process_killed_during_keep_last_k_deletion(experiment):
+    # keep 1: saving ckpt-4 drops ckpt-2. After ckpt-4 and the pointer are uploaded, the
+    # bucket's ckpt-2 objects are deleted; the second deletion is held and the run killed.
+    hold = Hold()
+    experiment.proxy.hook(hold, match="^DELETE ", key=r"/ckpt-2\.", skip=1)
+    killed = kill_when_held(experiment, hold, keep_checkpoints=1)
+    assert experiment.committed() == [4]
+    # ckpt-2's .index went first: what is left of it is no checkpoint to TensorFlow.
+    left = [u.rsplit("/", 1)[1] for u in storage.glob(f"{experiment.ckpt_uri}/ckpt-2.*")]
+    assert left == ["ckpt-2.data-00000-of-00001"], left
+    t1 = time.monotonic()
+    experiment.resume(from_step=4, keep_checkpoints=1)
+    report("SIGKILL during keep-last-K deletion of ckpt-2", redone=0, killed_child=killed,
+           resume=time.monotonic() - t1)
+
+
+def test_keep_last_k_never_deletes_the_only_complete_checkpoint(experiment):
+    # keep 1: TensorFlow drops ckpt-2 locally as soon as ckpt-4 is saved. ckpt-4's index
+    # never uploads, so in the bucket ckpt-2 stays the only complete checkpoint.
+    experiment.proxy.fail(503, times=100, match="upload", key=r"/ckpt-4\.index$")
+    t0 = time.monotonic()
+    assert experiment.run(keep_checkpoints=1) == EXIT_STAGE_FAILED, experiment.output[-3000:]
+    failed = time.monotonic() - t0
+    deletes = [e.key for e in experiment.proxy.log
+               if e[0] == "DELETE" and "/ckpt-" in (e.key or "")]
+    assert deletes == []
+    assert experiment.committed() == [2]
+    t1 = time.monotonic()
+    experiment.resume(from_step=2, keep_checkpoints=1)
+    report("newest checkpoint's upload fails with keep-last-1", redone=2, failed_run=failed,
+           resume=time.monotonic() - t1)

@@ -1,0 +1,113 @@
+"""Preflight in the plan, against the loopback GCS server: the dry run shows what was checked
+and refuses what would fail hours later on the TPU; a real run stops before writing."""
+
+import socket
+
+import pytest
+
+from runexp.compiler.cli import main
+from runexp.runtime import storage
+
+EXPERIMENT = """
+include 'runs/finetune.gin'
+include 'models/bert_tiny.gin'
+include 'accelerators/tpu_v3_8.gin'
+OUTPUT_ROOT = '{root}/out'
+VOCAB = '{root}/uncased_L-2_H-128_A-2/vocab.txt'
+INIT_CHECKPOINT = '{root}/uncased_L-2_H-128_A-2/bert_model.ckpt'
+model.vocab_size = 30
+FINETUNE_TASK = 'toy'
+toy/classification_task.train_file = '{root}/data/train.tsv'
+toy/classification_task.dev_files = {{'matched': '{root}/data/dev.tsv'}}
+experiment.tpu_zone = 'europe-west4-a'
+experiment.tpu_service_account = 'service-42@cloud-tpu.iam.gserviceaccount.com'
+"""
+
+
+@pytest.fixture
+def remote(gcs_prefix):
+    """The experiment's inputs on gs:// (contents do not matter to the preflight)."""
+    for name in ("uncased_L-2_H-128_A-2/vocab.txt", "uncased_L-2_H-128_A-2/bert_model.ckpt.index",
+                 "uncased_L-2_H-128_A-2/bert_model.ckpt.data-00000-of-00001",
+                 "data/train.tsv", "data/dev.tsv"):
+        storage.write_text(f"{gcs_prefix}/{name}", "x\n")
+    return gcs_prefix
+
+
+def _dry_run(tmp_path, capsys, root, *extra):
+    gin = tmp_path / "e.gin"
+    gin.write_text(EXPERIMENT.format(root=root))
+    code = main([f"--gin_file={gin}", "--dry_run", *[f"--gin_param={p}" for p in extra]])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_dry_run_reports_the_storage_checks(remote, tmp_path, capsys):
+    code, out, _ = _dry_run(tmp_path, capsys, remote)
+    assert code == 2, out
+    bucket = remote.split("/")[2]
+    assert "Preflight (storage; see compiler/preflight.py):" in out
+    assert f"    ok: bucket gs://{bucket} exists" in out
+    assert f"    ok: can create and delete objects under {remote}/out" in out
+    # The emulator's buckets are in US: a TPU in europe-west4 reads across regions.
+    assert f"    WARNING: bucket gs://{bucket} is in US but compute runs in europe-west4" in out
+    assert "    WARNING: the bucket policy of" in out and "service-42@" in out
+    assert f"    ok: {remote}/uncased_L-2_H-128_A-2/bert_model.ckpt exists" in out
+    assert f"    ok: {remote}/data/dev.tsv exists" in out
+    assert "(but the preflight's probe object, deleted at once)" in out
+    assert storage.list(f"{remote}/out") == []  # the probe is gone, nothing else written
+
+
+def test_service_account_granted_on_the_bucket(remote, tmp_path, capsys):
+    bucket = storage._client().bucket(remote.split("/")[2])
+    policy = bucket.get_iam_policy()
+    policy.bindings.append({"role": "roles/storage.objectAdmin",
+                            "members": {"serviceAccount:service-42@cloud-tpu.iam.gserviceaccount.com"}})
+    bucket.set_iam_policy(policy)
+    try:
+        _, out, _ = _dry_run(tmp_path, capsys, remote)
+        assert "ok: the TPU service account service-42@cloud-tpu.iam.gserviceaccount.com can " \
+               "read and write" in out
+    finally:
+        policy.bindings.pop()
+        bucket.set_iam_policy(policy)
+
+
+def test_missing_input_fails_the_dry_run_and_the_run_writes_nothing(remote, tmp_path, capsys):
+    storage.delete(f"{remote}/data/dev.tsv")
+    code, out, err = _dry_run(tmp_path, capsys, remote)
+    assert code == 1
+    assert f"    error: {remote}/data/dev.tsv matches no object: check the path" in out
+    assert "error: preflight found 1 problem(s)" in err
+
+    code = main([f"--gin_file={tmp_path / 'e.gin'}"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"error: {remote}/data/dev.tsv matches no object" in err
+    assert storage.list(f"{remote}/out") == []
+
+
+def test_missing_bucket_is_an_error(gcs_emulator, tmp_path, capsys):
+    code, out, _ = _dry_run(tmp_path, capsys, "gs://no-such-bucket-runexp/exp")
+    assert code == 1
+    assert "error: bucket gs://no-such-bucket-runexp does not exist" in out
+
+
+def test_offline_the_checks_are_skipped_with_a_note(tmp_path, capsys, monkeypatch,
+                                                    fast_retries):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{s.getsockname()[1]}")
+    code, out, _ = _dry_run(tmp_path, capsys, "gs://any-bucket/exp")
+    assert code == 2, out
+    assert "    skipped: cannot reach storage for gs://any-bucket" in out
+
+
+def test_local_root_is_checked_without_writing(tmp_path, capsys):
+    gin = tmp_path / "e.gin"
+    gin.write_text(f"include 'runs/pretrain.gin'\nOUTPUT_ROOT = '{tmp_path}/new/out'\n"
+                   f"CORPUS_FILES = '{gin}'\n")
+    main([f"--gin_file={gin}", "--dry_run"])
+    out = capsys.readouterr().out
+    assert f"    ok: can write under {tmp_path} (creates {tmp_path}/new/out)" in out
+    assert not (tmp_path / "new").exists()
