@@ -99,6 +99,11 @@ class Resolver:
                     f"{name!r} cannot be scoped ({scope}/{name})", loc,
                     hint=f"only {', '.join(n for n, c in CONFIGURABLES.items() if c.scoped)} "
                          "take a scope (the task name)")
+            elif scope and "/" in scope:
+                # A task's name is its stage directory's: "a/b" would nest inside "a".
+                self.collector.error(
+                    f"task name {scope!r} has a '/': a task is named by one scope",
+                    loc, hint=f"use {scope.replace('/', '_')}/{name}.{param} = ...")
         for key, assignments in list(self.config.bindings.items()) + [
                 ((None, None, m), a) for m, a in self.config.macros.items()]:
             for a in assignments:

@@ -50,11 +50,3 @@ def expand_local(pattern: str) -> list[str]:
     if glob.has_magic(pattern):
         return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
     return [pattern] if os.path.isfile(pattern) else []
-
-
-def escapes_root(root: str, path: str) -> bool:
-    """True when `path` is not inside `root` once `..` and symlinks are resolved."""
-    if is_gcs(root) or is_gcs(path):
-        return not posixpath.normpath(path).startswith(posixpath.normpath(root))
-    root_real = os.path.realpath(root)
-    return os.path.commonpath([root_real, os.path.realpath(path)]) != root_real

@@ -222,3 +222,9 @@ def test_gradient_accumulation_must_split_the_batch(write):
     assert "e.gin:7: error: global batch size 24 cannot be split into 2 micro-batches across " \
            "8 replica(s)" in text
     assert "e.gin:8: error: mixed_float16 is for GPUs; TPUs compute in bfloat16" in text
+
+
+def test_a_task_name_is_one_scope(write, minimal):
+    text = errors_of(write("e.gin", f"include '{minimal}'\nsst/dev/classification_task.train_file = 'x'\n"))
+    assert "e.gin:2: error: task name 'sst/dev' has a '/': a task is named by one scope" in text
+    assert "hint: use sst_dev/classification_task.train_file = ..." in text
