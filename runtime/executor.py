@@ -26,8 +26,8 @@ from runexp.compiler import uris  # noqa: E402
 from runexp.compiler.errors import UserError
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.compiler.render import SYMBOLS
-from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE, StageState,
-                                   plan_states)
+from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE,
+                                   TRAINING_KINDS, StageState, plan_states)
 from runexp.runtime.context import StageContext
 
 EXIT_OK, EXIT_USER_ERROR, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
@@ -171,10 +171,15 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
     return lines
 
 
-def _load_tensorflow_quietly(accelerator: dict) -> None:
+def _load_tensorflow_quietly(accelerator: dict, multi_worker: bool = False) -> None:
     """Imports TensorFlow with its C++ start-up lines (written before its logging is set up,
     so TF_CPP_MIN_LOG_LEVEL cannot silence them) captured; on a CPU run they only say that no
     GPU was found. They are shown if the import fails."""
+    if multi_worker:
+        from runexp.runtime.strategy import make_strategy
+
+        make_strategy(accelerator)  # made once per process, before TensorFlow runs an op
+        return
     if accelerator.get("type", "cpu") != "cpu" or "tensorflow" in sys.modules:
         return
     import tempfile
@@ -215,15 +220,80 @@ def _confine(plan: Plan) -> None:
         storage.confined(plan.output_root, stage.output_dir)
 
 
+# How often a non-chief worker looks whether the chief finished a stage it needs.
+WORKER_POLL_SECONDS = 2.0
+
+
+def _wait_until_done(stages, what: str) -> None:
+    """Blocks until every stage in `stages` is finished (COMPLETED, same fingerprint)."""
+    from runexp.compiler.state import stage_state
+
+    waited, said = 0.0, -60.0
+    for stage in stages:
+        while stage_state(stage, {}).action != REUSE:
+            if waited - said >= 60.0:
+                _say(f"    waiting for the chief to finish {stage.id} ({what})")
+                said = waited
+            time.sleep(WORKER_POLL_SECONDS)
+            waited += WORKER_POLL_SECONDS
+
+
+def _run_as_worker(plan: Plan) -> int:
+    """A non-chief member of a multi-worker run (runtime/cluster.py): joins each training
+    stage the chief runs, in a private directory; writes nothing under the output root."""
+    import tempfile
+
+    from runexp.compiler.state import stage_state
+    from runexp.runtime import cluster
+
+    _say(f"runexp: {cluster.worker_name()} of a multi-worker run on {plan.output_root}: the "
+         "chief builds and writes everything; this worker joins the training stages")
+    mirror = None
+    if uris.is_gcs(plan.output_root):
+        from runexp.runtime.mirror import Mirror
+
+        mirror = Mirror(plan)
+    by_id = {s.id: s for s in plan.stages}
+    for stage in plan.stages:
+        if stage.kind not in TRAINING_KINDS:
+            continue
+        if stage_state(stage, {}).action == REUSE:
+            _say(f"  {stage.id}: finished earlier, nothing to join")
+            continue
+        _wait_until_done([by_id[d] for d in stage.deps], f"before {stage.id}")
+        _say(f"  {stage.id}: joining")
+        _load_tensorflow_quietly(plan.accelerator)
+        handler = importlib.import_module(f"runexp.runtime.stages.{stage.kind}")
+        private = tempfile.mkdtemp(prefix=f"runexp-worker-{stage.id}-")
+        view = stage
+        if mirror is not None:  # upstream outputs as local copies, read-only
+            view = dataclasses.replace(stage, inputs={k: mirror._localize(v)
+                                                      for k, v in stage.inputs.items()})
+        try:
+            handler.run(StageContext(stage=view, plan=plan, work_dir=private))
+        except UserError as e:
+            print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+    _say("Worker finished.")
+    return EXIT_OK
+
+
 def run_plan(plan: Plan) -> int:
     """Runs every stage of `plan` that is not already done. Returns an exit code."""
-    from runexp.runtime import storage
+    from runexp.runtime import cluster, storage
 
     try:
         _confine(plan)
     except storage.OutsideRootError as e:
         print(f"error: {e}\n  nothing was written", file=sys.stderr)
         return EXIT_USER_ERROR
+    if cluster.is_multi_worker():
+        # TensorFlow sets up the cluster's collectives only before it runs anything.
+        _load_tensorflow_quietly(plan.accelerator, multi_worker=True)
+    if not cluster.is_chief():
+        return _run_as_worker(plan)
     mirror = None
     if uris.is_gcs(plan.output_root):
         from runexp.runtime.mirror import Mirror

@@ -75,13 +75,24 @@ def tpu_address(accelerator: Mapping[str, Any]) -> str:
     return accelerator.get("tpu") or os.environ.get("TPU_NAME") or "local"
 
 
-def make_strategy(accelerator: Mapping[str, Any] | None) -> tf.distribute.Strategy:
-    """Returns the strategy the accelerator dict asks for (see the module docstring)."""
+_multi_worker = None  # the process's MultiWorkerMirroredStrategy, once made
+
+
+def make_strategy(accelerator: Mapping[str, Any] | None,
+                  multi_worker: bool = True) -> tf.distribute.Strategy:
+    """Returns the strategy the accelerator dict asks for (see the module docstring).
+
+    ``multi_worker=False``: this machine's devices only, even in a multi-worker run (for
+    stages only the chief runs, such as evaluation)."""
+    global _multi_worker
     accelerator = dict(accelerator or {})
     kind = str(accelerator.get("type", "cpu")).lower()
-    if kind in ("cpu", "gpu") and cluster.is_multi_worker():
-        # Every worker's devices, gradients all-reduced across the cluster TF_CONFIG names.
-        return tf.distribute.MultiWorkerMirroredStrategy()
+    if kind in ("cpu", "gpu") and multi_worker and cluster.is_multi_worker():
+        # Every worker's devices, gradients all-reduced across the cluster TF_CONFIG names;
+        # one per process (TensorFlow sets up the cluster's collectives once).
+        if _multi_worker is None:
+            _multi_worker = tf.distribute.MultiWorkerMirroredStrategy()
+        return _multi_worker
     if kind == "cpu":
         replicas = int(accelerator.get("replicas", 1))
         if replicas > 1:

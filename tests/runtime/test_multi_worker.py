@@ -101,3 +101,34 @@ def test_two_workers_continue_a_checkpoint_as_one_process_would(pretrain_data, t
         np.testing.assert_allclose(ours[name], value, atol=5e-5, err_msg=name)
     # The non-chief's writes stay in its private directory.
     assert not any(p.name.startswith("worker1") for p in chief_dir.iterdir())
+
+
+def test_a_worker_joins_the_chiefs_run_and_writes_nothing(tmp_path):
+    """Both processes run the same plan through the executor: the chief builds the stage and
+    writes every output; the worker waits, joins the training, and leaves the root alone."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "storage", "checkpoint_run.py")
+    spec_ = importlib.util.spec_from_file_location("runexp_tests_checkpoint_run", path)
+    checkpoint_run = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(checkpoint_run)
+
+    data_dir, root = str(tmp_path / "data"), str(tmp_path / "out")
+    checkpoint_run.write_tiny_data(data_dir)
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"root": root, "data_dir": data_dir,
+                                "params": {"train_steps": 4, "model": NO_DROPOUT}}))
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
+    procs = []
+    for index in (0, 1):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                     "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen([sys.executable, path, str(spec)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=env))
+    chief_out, worker_out = _finish(procs[0]), _finish(procs[1])
+    assert "2 replica(s)" in chief_out
+    assert "worker 1 of a multi-worker run" in worker_out and "pretrain: joining" in worker_out
+    assert sorted(os.listdir(root)) == ["operative_config.gin", "plan.json", "pretrain"]
+    with open(os.path.join(root, "pretrain", "MANIFEST.json")) as f:
+        assert json.load(f)["summary"]["steps_trained"] == 4
+    assert os.path.isfile(os.path.join(root, "pretrain", "COMPLETED"))
