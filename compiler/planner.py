@@ -77,6 +77,7 @@ class _Planner:
         self.stages: list[Stage] = []
         self.output_root = ""
         self.corpus_stage: Optional[Stage] = None
+        self.checked_mixtures: dict[str, Optional[list[str]]] = {}  # checked (and reported) once
 
     # --- helpers -------------------------------------------------------------------------
 
@@ -166,11 +167,14 @@ class _Planner:
         task = r.get("train", "task")
         ft_task = r.get("finetune", "task")
         tasks = r.scopes("bert_pretraining_task")
-        if task is not None and task not in tasks:
-            c.error(f"train.task names {task!r}, which is not a registered bert_pretraining_task",
-                    self.loc("train", "task"),
-                    hint=(did_you_mean(task, tasks) or "") + f" (register one with "
+        mixtures = r.scopes("bert_pretraining_mixture")
+        if task is not None and task not in tasks and task not in mixtures:
+            c.error(f"train.task names {task!r}, which is not a registered bert_pretraining_task "
+                    "or bert_pretraining_mixture", self.loc("train", "task"),
+                    hint=(did_you_mean(task, [*tasks, *mixtures]) or "") + f" (register one with "
                     f"{task}/bert_pretraining_task.train_files = [...])")
+            return None
+        if task is not None and self.pretraining_members(task) is None:
             return None
         if task is None and ft_task is None:
             c.error("nothing to run: neither train.task nor finetune.task is set",
@@ -182,18 +186,23 @@ class _Planner:
         vocab = self.plan_vocab(task)
         pretrain = None
         if task is not None:
-            pre = self.plan_preprocess(task, vocab)
-            pretrain = self.plan_pretrain(pre, vocab, accel)
+            pres = [self.plan_preprocess(t, vocab) for t in self.pretraining_members(task)]
+            pretrain = self.plan_pretrain(pres[0] if task in tasks else pres, vocab, accel)
             if pretrain is None:
                 return None
             if r.get("evaluate", "enabled"):
-                if pre.inputs["validation_files"]:
-                    self.plan_evaluate(pre, pretrain)
-                else:
-                    c.warn("no held-out files: the evaluate stage is left out",
-                           self.loc("bert_pretraining_task", "validation_files", task),
-                           hint="set HELDOUT_FILES (validation_files) to text not used for "
-                                "training")
+                held = [pre for pre in pres if pre.inputs["validation_files"]]
+                for pre in pres:
+                    if not pre.inputs["validation_files"]:
+                        t = pre.params["task"]
+                        c.warn("no held-out files: the evaluate stage is left out" if not held
+                               else f"task {t!r} has no held-out files: the evaluate stage "
+                                    "leaves it out",
+                               self.loc("bert_pretraining_task", "validation_files", t),
+                               hint="set HELDOUT_FILES (validation_files) to text not used for "
+                                    "training")
+                if held:
+                    self.plan_evaluate(held[0] if task in tasks else held, pretrain)
         finetune = None
         if ft_task is not None:
             finetune = self.plan_finetune(ft_task, vocab, pretrain, accel)
@@ -234,13 +243,9 @@ class _Planner:
             b.take("model_type", "vocab", "model_type")
             b.take("max_sentences", "vocab", "max_sentences")
             b.take("seed", "vocab", "seed")
-            train = self.r.get("bert_pretraining_task", "train_files", task) or []
-            held = self.r.get("bert_pretraining_task", "validation_files", task) or []
-            loc_t = self.loc("bert_pretraining_task", "train_files", task)
-            inputs["train_files"], f1, d1 = self.files(train, f"{task}.train_files", loc_t)
-            inputs["heldout_files"], f2, d2 = self.files(
-                held, f"{task}.validation_files",
-                self.loc("bert_pretraining_task", "validation_files", task))
+            # A mixture's one vocab is trained on the union of its tasks' text.
+            inputs["train_files"], f1, d1 = self.member_files(task, "train_files")
+            inputs["heldout_files"], f2, d2 = self.member_files(task, "validation_files")
             fps, deps = {"train": f1, "heldout": f2}, sorted(set(d1 + d2))
         else:
             b.params["vocab_path"] = uris.absolute(path)
@@ -252,10 +257,8 @@ class _Planner:
             fps = {"vocab": files_digest([b.params["vocab_path"]])
                    if os.path.isfile(b.params["vocab_path"]) else "checked at run time"}
             if task is not None:  # the UNK rate and pieces per word on the task's text
-                held = self.r.get("bert_pretraining_task", "validation_files", task) or []
-                inputs["heldout_files"], fps["heldout"], deps = self.files(
-                    held, f"{task}.validation_files",
-                    self.loc("bert_pretraining_task", "validation_files", task))
+                inputs["heldout_files"], fps["heldout"], deps = self.member_files(
+                    task, "validation_files")
         return self.add("vocab", "vocab", b, inputs, fps, deps)
 
     def adopted_vocab_size(self, path: str, location: Optional[Location]) -> Optional[int]:
@@ -291,14 +294,99 @@ class _Planner:
                         "capitalised words will fall apart into pieces or [UNK]", where,
                         hint="set DO_LOWER_CASE = True for an uncased vocab")
 
+    def member_files(self, task: str, param: str) -> tuple[list, dict, list]:
+        """``self.files`` of a task's train_files or validation_files; of a mixture, the
+        union over its tasks (in name order)."""
+        out, fps, deps = [], {}, []
+        for t in self.pretraining_members(task) or [task]:
+            patterns = self.r.get("bert_pretraining_task", param, t) or []
+            found, f, d = self.files(patterns, f"{t}.{param}",
+                                     self.loc("bert_pretraining_task", param, t))
+            out.extend(u for u in found if u not in out)
+            fps.update(f)
+            deps.extend(d)
+        return out, fps, sorted(set(deps))
+
+    def pretraining_members(self, name: str) -> Optional[list[str]]:
+        """The bert_pretraining_tasks that train.task = ``name`` trains on: the task itself,
+        or a mixture's tasks in name order (the runtime samples them in that order, so
+        reordering the gin dict changes nothing). None after reporting a problem."""
+        if name not in self.r.scopes("bert_pretraining_mixture"):
+            return [name]
+        if name not in self.checked_mixtures:
+            self.checked_mixtures[name] = self.check_mixture(name)
+        return self.checked_mixtures[name]
+
+    def check_mixture(self, name: str) -> Optional[list[str]]:
+        tasks = self.r.scopes("bert_pretraining_task")
+        mixtures = self.r.scopes("bert_pretraining_mixture")
+        label = f"{name}/bert_pretraining_mixture.rates"
+        loc = self.loc("bert_pretraining_mixture", "rates", name)
+        errors = len(self.c.errors)
+        if name in tasks:
+            self.c.error(f"{name!r} is both a bert_pretraining_task and a "
+                         "bert_pretraining_mixture", loc,
+                         hint="rename one of them: tasks and mixtures share one seqio registry")
+        rates = self.r.get("bert_pretraining_mixture", "rates", name)
+        if rates is None:
+            return None  # reported by the resolver
+        if not rates:
+            self.c.error(f"{label} is empty", loc,
+                         hint="name the tasks and their rates, e.g. {'wiki': 0.7, 'books': 0.3}")
+        for task, rate in rates.items():
+            if task in mixtures:
+                self.c.error(f"{label}: {task!r} is a mixture; the members of a mixture must "
+                             "be bert_pretraining_tasks", loc,
+                             hint=f"list the tasks of {task!r} here instead")
+            elif task not in tasks:
+                self.c.error(f"{label} names {task!r}, which is not a registered "
+                             "bert_pretraining_task", loc,
+                             hint=(did_you_mean(str(task), tasks) or "") + " (register one "
+                             f"with {task}/bert_pretraining_task.train_files = [...])")
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) \
+                    or not 0 < rate < float("inf"):
+                self.c.error(f"{label}: the rate of {task!r} must be a positive number, got "
+                             f"{rate!r}", loc,
+                             hint="rates are relative: {'wiki': 0.7, 'books': 0.3} samples wiki "
+                                  "7 times in 10")
+        if len(self.c.errors) > errors:
+            return None
+        members = sorted(rates)
+        shared = ["max_seq_length", "max_predictions_per_seq", "dynamic_masking"]
+        why = {p: "one model reads every task's examples" for p in shared[:2]}
+        why["dynamic_masking"] = "a batch mixes the tasks' examples"
+        if all(self.r.get("bert_pretraining_task", "dynamic_masking", t) for t in members):
+            for p in ("masked_lm_prob", "mask_token_prob", "random_token_prob",
+                      "whole_word_masking"):
+                shared.append(p)
+                why[p] = "a batch of examples masked at training time is masked at once"
+        first = members[0]
+        for p in shared:
+            want = self.r.get("bert_pretraining_task", p, first)
+            for task in members[1:]:
+                got = self.r.get("bert_pretraining_task", p, task)
+                if got != want:
+                    self.c.error(f"mixture {name!r}: task {task!r} has {p} = {got!r} but task "
+                                 f"{first!r} has {want!r}",
+                                 self.loc("bert_pretraining_task", p, task) or loc,
+                                 hint=f"{why[p]}: give its tasks the same {p}")
+        return None if len(self.c.errors) > errors else members
+
     def plan_preprocess(self, task: str, vocab: Stage) -> Stage:
         b = _StageBuilder(self.r)
-        b.set("task", task, f"train.task @ {self.r.provenance('train', 'task').short()}")
+        target = self.r.get("train", "task")
+        if target == task:
+            b.set("task", task, f"train.task @ {self.r.provenance('train', 'task').short()}")
+        else:
+            b.set("task", task, f"{target}/bert_pretraining_mixture.rates @ "
+                  f"{self.r.provenance('bert_pretraining_mixture', 'rates', target).short()}")
         for p in ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob", "dupe_factor",
                   "short_seq_prob", "random_next_prob", "mask_token_prob", "random_token_prob",
-                  "whole_word_masking", "pair_objective", "ngram_max", "random_seed", "num_shards",
-                  "num_workers"):
+                  "whole_word_masking", "pair_objective", "ngram_max", "dynamic_masking",
+                  "random_seed", "num_shards", "num_workers"):
             b.take(p, "bert_pretraining_task", p, task)
+        if b.params["dynamic_masking"]:
+            self.check_dynamic_masking(task, b.params)
         b.set("do_lower_case", vocab.params["do_lower_case"], vocab.provenance["do_lower_case"])
         mask, rnd = b.params["mask_token_prob"], b.params["random_token_prob"]
         if mask is not None and rnd is not None and mask + rnd > 1.0 + 1e-9:
@@ -335,6 +423,22 @@ class _Planner:
         fps = {"train": f1, "validation": f2, "vocab": vocab.fingerprint}
         return self.add(f"preprocess.{task}", "preprocess", b, inputs, fps,
                         sorted(set(d1 + d2 + [vocab.id])))
+
+    def check_dynamic_masking(self, task: str, params: dict) -> None:
+        loc = self.loc("bert_pretraining_task", "dynamic_masking", task)
+        if params["ngram_max"] and params["ngram_max"] > 1:
+            self.c.error(f"{task}: dynamic_masking masks single tokens or whole words, not "
+                         f"n-grams (ngram_max = {params['ngram_max']})",
+                         self.loc("bert_pretraining_task", "ngram_max", task) or loc,
+                         hint="set ngram_max = 1, or dynamic_masking = False for static n-gram "
+                              "masks")
+        dupe = params["dupe_factor"]
+        if dupe and dupe > 1:
+            self.c.warn(f"{task}: with dynamic_masking the train split is built in one pass; "
+                        f"dupe_factor = {dupe} would only duplicate its instances (each epoch "
+                        "draws new masks), so it applies to the validation split only",
+                        self.loc("bert_pretraining_task", "dupe_factor", task) or loc,
+                        hint=f"set {task}/bert_pretraining_task.dupe_factor = 1 to silence this")
 
     def auto_shards(self, train_uris: list) -> tuple[int, str]:
         """Shards bound each worker's memory and set the parallelism: one per 16 MB, at
@@ -384,7 +488,24 @@ class _Planner:
         b.set("model", config, f"model.size = {size!r} @ {self.r.provenance('model', 'size').short()}")
         return config
 
-    def plan_pretrain(self, pre: Stage, vocab: Stage, accel) -> Optional[Stage]:
+    def data_inputs(self, pre) -> tuple[dict, dict, list]:
+        """Where a training or evaluation stage reads its data: one preprocess stage
+        (``data_dir``), or a mixture's (``data_dirs``, task -> dir)."""
+        if isinstance(pre, Stage):
+            return {"data_dir": pre.output_dir}, {"data": pre.fingerprint}, [pre.id]
+        return ({"data_dirs": {p.params["task"]: p.output_dir for p in pre}},
+                {"data": {p.params["task"]: p.fingerprint for p in pre}}, [p.id for p in pre])
+
+    def mixture_params(self, b: _StageBuilder) -> None:
+        name = self.r.get("train", "task")
+        prov = self.r.provenance("bert_pretraining_mixture", "rates", name).short()
+        rates = self.r.get("bert_pretraining_mixture", "rates", name)
+        b.set("mixture", name, f"train.task @ {self.r.provenance('train', 'task').short()}")
+        b.set("mixture_rates", {t: float(rates[t]) for t in sorted(rates)}, prov)
+
+    def plan_pretrain(self, pre, vocab: Stage, accel) -> Optional[Stage]:
+        """``pre``: the preprocess stage, or a mixture's list of them."""
+        pres = pre if isinstance(pre, list) else [pre]
         b = _StageBuilder(self.r)
         config = self.model_config(b, vocab)
         b.take("batch_size", "train", "batch_size")
@@ -403,9 +524,12 @@ class _Planner:
         for name in ("optimizer", "decay", "decay_power", "end_learning_rate", "clip_norm",
                      "grad_accum_steps", "compute_dtype", "jit_compile", "eval_every"):
             b.take(name, "train", name)
-        b.set("max_seq_length", pre.params["max_seq_length"], pre.provenance["max_seq_length"])
-        b.set("max_predictions_per_seq", pre.params["max_predictions_per_seq"],
-              pre.provenance["max_predictions_per_seq"])
+        b.set("max_seq_length", pres[0].params["max_seq_length"],
+              pres[0].provenance["max_seq_length"])
+        b.set("max_predictions_per_seq", pres[0].params["max_predictions_per_seq"],
+              pres[0].provenance["max_predictions_per_seq"])
+        if isinstance(pre, list):
+            self.mixture_params(b)
         b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
         if config is None:
             return None
@@ -413,7 +537,8 @@ class _Planner:
         if length and length > config["max_position_embeddings"]:
             self.c.error(f"max_seq_length ({length}) exceeds the model's max_position_embeddings "
                          f"({config['max_position_embeddings']})",
-                         self.loc("bert_pretraining_task", "max_seq_length", pre.params["task"]),
+                         self.loc("bert_pretraining_task", "max_seq_length",
+                                  pres[0].params["task"]),
                          hint="shorten MAX_SEQ_LENGTH or raise model.max_position_embeddings")
         batch = b.params["batch_size"]
         if accel is not None and batch and batch % accel.replicas:
@@ -441,27 +566,32 @@ class _Planner:
             self.c.error(f"checkpoint_every ({every}) is not a multiple of steps_per_loop ({loop})",
                          self.loc("train", "checkpoint_every"),
                          hint="checkpoints are written between host loops")
-        inputs = {"data_dir": pre.output_dir, "vocab_dir": vocab.output_dir}
-        fps = {"data": pre.fingerprint, "vocab": vocab.fingerprint}
+        inputs, fps, deps = self.data_inputs(pre)
+        inputs["vocab_dir"] = vocab.output_dir
+        fps["vocab"] = vocab.fingerprint
         if init is not None:
             self.check_init_checkpoint(b.params["init_checkpoint"], config,
                                        self.loc("train", "init_checkpoint"), accel)
             inputs["init_checkpoint"] = b.params["init_checkpoint"]
             fps["init_checkpoint"] = checkpoint_digest(b.params["init_checkpoint"])
-        return self.add("pretrain", "pretrain", b, inputs, fps, [pre.id, vocab.id],
+        return self.add("pretrain", "pretrain", b, inputs, fps, [*deps, vocab.id],
                         resume_exclude=RESUMABLE_PARAMS)
 
-    def plan_evaluate(self, pre: Stage, pretrain: Stage) -> Stage:
+    def plan_evaluate(self, pre, pretrain: Stage) -> Stage:
+        """``pre``: the preprocess stage, or the list of a mixture's with held-out files."""
+        pres = pre if isinstance(pre, list) else [pre]
         b = _StageBuilder(self.r)
         b.set("model", pretrain.params["model"], pretrain.provenance["model"])
         b.take("batch_size", "evaluate", "batch_size")
         b.take("max_examples", "evaluate", "max_examples")
-        b.set("max_seq_length", pre.params["max_seq_length"], pre.provenance["max_seq_length"])
-        b.set("max_predictions_per_seq", pre.params["max_predictions_per_seq"],
-              pre.provenance["max_predictions_per_seq"])
-        inputs = {"data_dir": pre.output_dir, "checkpoint_dir": pretrain.output_dir}
-        fps = {"data": pre.fingerprint, "checkpoint": pretrain.fingerprint}
-        return self.add("evaluate", "evaluate", b, inputs, fps, [pre.id, pretrain.id])
+        b.set("max_seq_length", pres[0].params["max_seq_length"],
+              pres[0].provenance["max_seq_length"])
+        b.set("max_predictions_per_seq", pres[0].params["max_predictions_per_seq"],
+              pres[0].provenance["max_predictions_per_seq"])
+        inputs, fps, deps = self.data_inputs(pre)
+        inputs["checkpoint_dir"] = pretrain.output_dir
+        fps["checkpoint"] = pretrain.fingerprint
+        return self.add("evaluate", "evaluate", b, inputs, fps, [*deps, pretrain.id])
 
     def plan_finetune(self, task: str, vocab: Stage, pretrain: Optional[Stage],
                       accel) -> Optional[Stage]:

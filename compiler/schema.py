@@ -110,11 +110,19 @@ CONFIGURABLES: dict[str, Configurable] = {
                                 doc="next-sentence (nsp), sentence-order (sop) or single segments"),
         "ngram_max": _pos("mask whole-word n-grams up to this length (p ~ 1/n); 1: single words",
                           1),
+        "dynamic_masking": Param("bool", False,
+                                 doc="mask the train split at training time, anew each epoch "
+                                     "(RoBERTa); validation stays statically masked"),
         "random_seed": Param("int", 12345, doc="seed of instance creation and masking"),
         "num_shards": _pos("output shards per split (0: one per 16 MB of text, at least 4)", 0,
                            minimum=0),
         "num_workers": _pos("worker processes (0: one per core)", 0, minimum=0),
     }),
+    "bert_pretraining_mixture": Configurable(
+        scoped=True, doc="A seqio mixture of bert_pretraining_tasks, sampled by rate.", params={
+            "rates": Param("dict", doc="task name -> sampling rate (positive; normalised), "
+                                      "e.g. {'wiki': 0.7, 'books': 0.3}"),
+        }),
     "model": Configurable(doc="The BERT encoder (Google's bert_config.json fields).", params={
         "size": Param("str", "base", choices=("tiny", "mini", "small", "medium", "base", "large"),
                       doc="preset sizes; the fields below override it"),
@@ -132,8 +140,8 @@ CONFIGURABLES: dict[str, Configurable] = {
     }),
     "train": Configurable(doc="Pretraining.", params={
         "task": Param("str", None, optional=True,
-                      doc="name of the bert_pretraining_task to train on (None: fine-tune "
-                          "only)"),
+                      doc="name of the bert_pretraining_task or bert_pretraining_mixture to "
+                          "train on (None: fine-tune only)"),
         "steps": _pos("training steps", 100_000),
         "batch_size": _pos("global batch size", 256),
         "warmup_steps": _pos("linear warmup steps", 10_000, minimum=0),

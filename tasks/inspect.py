@@ -229,6 +229,10 @@ def inspect_examples(data_dir: str, vocab_dir: str, split: str, n: int) -> str:
     out = [f"{data_dir} / {split}: {len(files)} shard(s); the first {n} example(s)",
            "  marks: [MASK→x] masked (original x), {y→x} random token y (original x), "
            "<x> kept; all are predicted", ""]
+    from runexp.tasks.records import read_masking  # light
+    if os.path.isdir(data_dir) and read_masking(data_dir, split) is not None:
+        out[-1:] = ["  this split is masked at training time (dynamic_masking): shown unmasked, "
+                    "with 0 predicted", ""]
     lengths, seg_b, masked, labels = [], [], [], []
     pair_data = capped = False
     max_len = 0

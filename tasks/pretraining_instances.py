@@ -20,6 +20,10 @@ instance:
    tokens is decided by the lengths alone; how many of them come off the front is
    Binomial(k, 1/2), exactly the reference's coin flips), layout, masking (masking.py).
 
+With ``dynamic_masking`` step 2 stops before masking: the instance keeps its tokens, empty
+``masked_lm_*`` and a ``word_starts`` feature, and is masked at training time
+(dynamic_masking.py), each time it is seen.
+
 Every random choice has the reference's distribution, but the draws differ, so outputs are
 equal to the reference's in distribution, not byte for byte
 (tests/tasks/test_parity_reference.py compares both on the same corpus).
@@ -64,6 +68,7 @@ class InstanceConfig:
     dupe_factor: int
     masking: MaskingConfig
     pair_objective: str = "nsp"
+    dynamic_masking: bool = False  # leave masks to training time (needs masking.word_start)
 
     def __post_init__(self):
         if self.pair_objective not in PAIR_OBJECTIVES:
@@ -304,6 +309,8 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
     ids[rows, la[:, 0] + 1] = masking.sep_id
     ids[rows, n[:, 0] - 1] = masking.sep_id
     input_mask = (pos < n).astype(np.int32)
+    if config.dynamic_masking:
+        return _unmasked_features(ids, input_mask, segment_ids, candidates, p.label, masking)
     ids, positions, labels, counts = mask_batch(ids, n[:, 0], candidates, segment_ids, masking,
                                                 rng, py_rng)
     weights = (np.arange(masking.max_predictions_per_seq)[None, :] < counts[:, None])
@@ -315,4 +322,30 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
         "masked_lm_ids": labels.astype(np.int32),
         "masked_lm_weights": weights.astype(np.float32),
         "next_sentence_labels": p.label[:, None].astype(np.int32),
+    }
+
+
+def word_starts(ids: np.ndarray, candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
+    """Where a maskable word starts: masking.py's grouping rule (a piece that does not start a
+    word joins the piece before it, unless that one is not maskable, e.g. [SEP])."""
+    after_candidate = np.zeros_like(candidates)
+    after_candidate[:, 1:] = candidates[:, :-1]
+    return candidates & (word_start[ids] | ~after_candidate)
+
+
+def _unmasked_features(ids, input_mask, segment_ids, candidates, label,
+                       masking: MaskingConfig) -> dict[str, np.ndarray]:
+    """An instance left for masking at training time: the layout of a masked one with
+    empty predictions, plus ``word_starts`` (records.py)."""
+    batch, width = len(ids), masking.max_predictions_per_seq
+    starts = word_starts(ids, candidates, np.asarray(masking.word_start, dtype=bool))
+    return {
+        "input_ids": ids,
+        "input_mask": input_mask,
+        "segment_ids": segment_ids,
+        "masked_lm_positions": np.zeros((batch, width), np.int32),
+        "masked_lm_ids": np.zeros((batch, width), np.int32),
+        "masked_lm_weights": np.zeros((batch, width), np.float32),
+        "next_sentence_labels": label[:, None].astype(np.int32),
+        "word_starts": starts.astype(np.int32),
     }

@@ -59,6 +59,7 @@ class PretrainingConfig:
     ngram_max: int = 1
     pair_objective: str = "nsp"
     random_seed: int = 12345
+    dynamic_masking: bool = False  # the train split unmasked, masked at training time
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> "PretrainingConfig":
@@ -73,10 +74,18 @@ class PretrainingConfig:
             raise ValueError(f"max_seq_length must be at least 5, got {config.max_seq_length}")
         if int(config.ngram_max) < 1:
             raise ValueError(f"ngram_max must be at least 1, got {config.ngram_max}")
+        if config.dynamic_masking and int(config.ngram_max) > 1:
+            raise ValueError("dynamic_masking does not do n-gram masking: use ngram_max = 1")
         return config
 
-    def instance_config(self, tokenizer: Tokenizer) -> InstanceConfig:
-        word_level = self.whole_word_masking or self.ngram_max > 1
+    def is_dynamic(self, split: str) -> bool:
+        """Only the train split is masked at training time; validation keeps static masks,
+        so evaluations stay comparable across runs."""
+        return bool(self.dynamic_masking) and split == "train"
+
+    def instance_config(self, tokenizer: Tokenizer, split: str = "train") -> InstanceConfig:
+        dynamic = self.is_dynamic(split)
+        word_level = self.whole_word_masking or self.ngram_max > 1 or dynamic
         masking = MaskingConfig(
             masked_lm_prob=self.masked_lm_prob,
             max_predictions_per_seq=self.max_predictions_per_seq,
@@ -85,8 +94,21 @@ class PretrainingConfig:
             mask_token_prob=self.mask_token_prob, random_token_prob=self.random_token_prob,
             whole_word_masking=self.whole_word_masking, ngram_max=int(self.ngram_max),
             word_start=tokenizer.word_start_table() if word_level else None)
+        # With masks drawn at training time, more passes would only duplicate instances.
+        dupe_factor = 1 if dynamic else self.dupe_factor
         return InstanceConfig(self.max_seq_length, self.short_seq_prob, self.random_next_prob,
-                              self.dupe_factor, masking, self.pair_objective)
+                              dupe_factor, masking, self.pair_objective, dynamic)
+
+    def masking_spec(self, tokenizer: Tokenizer) -> dict:
+        """What the training input pipeline needs to mask (records.write_masking)."""
+        return {"masked_lm_prob": self.masked_lm_prob,
+                "max_predictions_per_seq": self.max_predictions_per_seq,
+                "mask_token_prob": self.mask_token_prob,
+                "random_token_prob": self.random_token_prob,
+                "whole_word_masking": bool(self.whole_word_masking),
+                "vocab_size": tokenizer.vocab_size, "mask_id": tokenizer.mask_id,
+                "cls_id": tokenizer.cls_id, "sep_id": tokenizer.sep_id,
+                "random_seed": self.random_seed, "splits": ["train"]}
 
 
 _TOKENIZERS: dict[tuple, Tokenizer] = {}
@@ -200,7 +222,7 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
     store = read_shard_documents(files, tokenizer, shard, num_shards, stats)
     if not store.num_documents:
         return
-    instance_config = config.instance_config(tokenizer)
+    instance_config = config.instance_config(tokenizer, split)
     rng = shard_rng(config.random_seed, split, shard)
     np_rng = shard_np_rng(config.random_seed, split, shard)
     plan = plan_instances(store, instance_config, rng)

@@ -5,6 +5,13 @@ Features (BERT's run_pretraining.py reads exactly these):
   masked_lm_positions, masked_lm_ids     int64 [max_predictions_per_seq]
   masked_lm_weights                      float [max_predictions_per_seq]
   next_sentence_labels                   int64 [1]
+  word_starts                            int64 [max_seq_length], dynamically masked splits
+                                         only: 1 where a maskable word starts
+
+A split masked at training time (``dynamic_masking``) has the same features with
+unmasked ``input_ids`` and empty ``masked_lm_*`` (zeros), plus ``word_starts``; the stage
+directory's ``masking.json`` says which splits those are and how to mask them
+(tasks/dynamic_masking.py).
 
 Cache layout (what seqio 0.0.20's ``_CachedDataSource`` reads from a task's cache dir):
   <split>.tfrecord-<i:05d>-of-<n:05d>   TFRecord files
@@ -38,9 +45,11 @@ SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was check
 FLOAT_FEATURES = frozenset({"masked_lm_weights"})
 
 
-def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict[str, tuple]:
-    """name -> (shape, dtype name as stored in the tf.train.Example)."""
-    return {
+def feature_spec(max_seq_length: int, max_predictions_per_seq: int,
+                 word_starts: bool = False) -> dict[str, tuple]:
+    """name -> (shape, dtype name as stored in the tf.train.Example); ``word_starts`` for a
+    split masked at training time."""
+    spec = {
         "input_ids": ([max_seq_length], "int64"),
         "input_mask": ([max_seq_length], "int64"),
         "segment_ids": ([max_seq_length], "int64"),
@@ -49,6 +58,9 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int) -> dict[str,
         "masked_lm_weights": ([max_predictions_per_seq], "float32"),
         "next_sentence_labels": ([1], "int64"),
     }
+    if word_starts:
+        spec["word_starts"] = ([max_seq_length], "int64")
+    return spec
 
 
 def encode_instance_features(features: Mapping[str, Sequence]) -> bytes:
@@ -165,13 +177,34 @@ def seqio_dtype(stored: str) -> str:
 
 
 def write_info(out_dir: str, split: str, num_shards: int, max_seq_length: int,
-               max_predictions_per_seq: int) -> None:
-    """Writes ``info.<split>.json`` as seqio's cache writer does (fixed shapes)."""
+               max_predictions_per_seq: int, word_starts: bool = False) -> None:
+    """Writes ``info.<split>.json`` as seqio's cache writer does (fixed shapes);
+    ``word_starts`` for a split masked at training time."""
     features = {name: {"shape": shape, "dtype": seqio_dtype(dtype)} for name, (shape, dtype)
-                in feature_spec(max_seq_length, max_predictions_per_seq).items()}
+                in feature_spec(max_seq_length, max_predictions_per_seq, word_starts).items()}
     info = {"num_shards": num_shards, "features": features,
             "seqio_version": SEQIO_VERSION_WRITTEN}
     _write_json(info_path(out_dir, split), info)
+
+
+MASKING_FILE = "masking.json"
+
+
+def write_masking(out_dir: str, spec: Mapping) -> None:
+    """Writes ``masking.json``: the splits masked at training time and how to mask them
+    (pretraining_shards.PretrainingConfig.masking_spec)."""
+    _write_json(os.path.join(out_dir, MASKING_FILE), dict(spec))
+
+
+def read_masking(data_dir: str, split: str = "train") -> dict | None:
+    """The masking spec when ``split`` of ``data_dir`` is masked at training time, else
+    None (statically masked records)."""
+    path = os.path.join(data_dir, MASKING_FILE)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        spec = json.load(f)
+    return spec if split in spec.get("splits", ()) else None
 
 
 def write_stats(out_dir: str, split: str, stats: Mapping[str, int | float]) -> None:

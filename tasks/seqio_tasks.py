@@ -11,8 +11,13 @@ directory is named by stage id, not task name, so the task is pointed at it dire
 Registering a name again replaces the earlier task (handy in notebooks and tests).
 Heavy module: imports seqio and TensorFlow.
 
+A train split masked at training time (``dynamic_masking``) is read unmasked, with its
+``word_starts`` feature; its validation split is masked as always.
+
 Usage:
     register_pretraining_task_from_stage(preprocess_stage)      # name = stage.params["task"]
+    register_pretraining_mixture("mix", {"wiki": 0.7, "books": 0.3})  # tasks registered
+    register_pretraining_from_plan(plan)                  # every task, and the mixture
     ds = seqio.get_mixture_or_task(name).get_dataset(split="train", sequence_length=None,
                                                      use_cached=True, shuffle=False)
     register_classification_task("stdlib_packages", train_file, dev_file, ["sentence"],
@@ -73,11 +78,15 @@ def register_bert_pretraining_task(name: str, vocab_dir: str, train_files: Seque
     if validation_files:
         files["validation"] = tuple(expand_globs(validation_files))
     spec = feature_spec(config.max_seq_length, config.max_predictions_per_seq)
-    signature = {k: tf.TensorSpec(shape, tf.as_dtype(seqio_dtype(dtype)))
-                 for k, (shape, dtype) in spec.items()}
-    numpy_dtypes = {k: s.dtype.as_numpy_dtype for k, s in signature.items()}
+
+    def signature(split: str) -> dict:
+        # A split masked at training time also has word_starts (tasks/records.py).
+        return {k: tf.TensorSpec(shape, tf.as_dtype(seqio_dtype(dtype))) for k, (shape, dtype)
+                in feature_spec(config.max_seq_length, config.max_predictions_per_seq,
+                                config.is_dynamic(split)).items()}
 
     def generate(split: str):
+        numpy_dtypes = {k: s.dtype.as_numpy_dtype for k, s in signature(split).items()}
         for shard in range(num_shards):
             for batch in iter_shard_batches(files[split], vocab_dir, config, split, shard,
                                             num_shards, ShardStats()):
@@ -88,7 +97,7 @@ def register_bert_pretraining_task(name: str, vocab_dir: str, train_files: Seque
     def dataset_fn(split: str, shuffle_files: bool, seed: Optional[int] = None):
         del shuffle_files, seed  # the examples' order is part of what the seed decides
         return tf.data.Dataset.from_generator(lambda: generate(split),
-                                              output_signature=signature)
+                                              output_signature=signature(split))
 
     task = _replace_task(
         name,
@@ -108,6 +117,31 @@ def register_pretraining_task_from_stage(stage) -> seqio.Task:
         p.pop("task"), vocab_dir=inputs["vocab_dir"], train_files=inputs["train_files"],
         validation_files=inputs.get("validation_files") or (),
         num_shards=int(p.pop("num_shards", 1) or 1), cache_dir=stage.output_dir, **p)
+
+
+def register_pretraining_mixture(name: str, rates: Mapping[str, float]) -> seqio.Mixture:
+    """Registers a ``seqio.Mixture`` of registered pretraining tasks (task -> rate), in task
+    name order as the pretrain stage samples them. Registering a name again replaces it.
+
+    A mixture of tasks masked at training time yields their unmasked train examples; pass
+    ``passthrough_features=["word_starts"]`` to ``get_dataset`` to keep what masking needs.
+    """
+    seqio.MixtureRegistry.remove(name)
+    return seqio.MixtureRegistry.add(name, [(task, float(rates[task])) for task in sorted(rates)])
+
+
+def register_pretraining_from_plan(plan) -> list[str]:
+    """Registers what a compiled plan pretrains on: every preprocess stage's task, and the
+    pretrain stage's mixture when it trains on one. Returns the names registered."""
+    names = []
+    for stage in plan.stages:
+        if stage.kind == "preprocess":
+            names.append(register_pretraining_task_from_stage(stage).name)
+    for stage in plan.stages:
+        if stage.kind == "pretrain" and stage.params.get("mixture"):
+            register_pretraining_mixture(stage.params["mixture"], stage.params["mixture_rates"])
+            names.append(stage.params["mixture"])
+    return names
 
 
 def register_classification_task(name: str, train_file: str, dev_file: str,

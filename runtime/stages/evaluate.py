@@ -2,8 +2,10 @@
 
 Contract (docs/STAGES.md): params ``model``, ``batch_size``, ``max_seq_length``,
 ``max_predictions_per_seq``, ``max_examples``; inputs ``data_dir`` (the ``validation``
-split is read), ``checkpoint_dir``. Writes ``metrics.json``: ``mlm_accuracy``, ``mlm_loss``,
-``nsp_accuracy``, ``examples``, ``majority_token_accuracy``, ``step``.
+split is read) or, for a mixture, ``data_dirs`` (task -> dir), and ``checkpoint_dir``.
+Writes ``metrics.json``: ``mlm_accuracy``, ``mlm_loss``, ``nsp_accuracy``, ``examples``,
+``majority_token_accuracy``, ``step``; for a mixture these pool every member's held-out
+examples, and ``tasks`` holds each member's own.
 
 The baseline always predicts the most frequent masked target token of the train split: a
 model that beats it has learned something from context.
@@ -15,7 +17,6 @@ import json
 import os
 
 import numpy as np
-import tensorflow as tf
 
 from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
 from runexp.runtime.model import BertConfig, BertPretrainer
@@ -28,13 +29,12 @@ _BASELINE_MAX_EXAMPLES = 200_000
 
 def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
                         max_predictions_per_seq: int, max_examples: int | None) -> np.ndarray:
-    """Counts of each masked target id (weight > 0) in a split; index = token id."""
-    spec = pretraining_data.feature_spec(max_seq_length, max_predictions_per_seq)
-    spec = {k: spec[k] for k in ("masked_lm_ids", "masked_lm_weights")}
-    ds = tf.data.TFRecordDataset(pretraining_data.split_files(data_dir, split))
-    if max_examples is not None:
-        ds = ds.take(max_examples)
-    ds = ds.batch(1024).map(lambda s: tf.io.parse_example(s, spec))
+    """Counts of each masked target id (weight > 0) in a split; index = token id. A split
+    masked at training time is masked here as training masks it (one pass)."""
+    ds = pretraining_data.pretraining_dataset(
+        data_dir, split, batch_size=1024, max_seq_length=max_seq_length,
+        max_predictions_per_seq=max_predictions_per_seq, training=False,
+        max_examples=max_examples)
     counts = np.zeros([0], np.int64)
     for batch in ds.as_numpy_iterator():
         ids = batch["masked_lm_ids"][batch["masked_lm_weights"] > 0]
@@ -45,28 +45,18 @@ def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
     return counts
 
 
-def run(ctx) -> dict:
-    p, inputs = ctx.params, ctx.inputs
-    strategy_lib.configure_threads()
-    config = BertConfig.from_dict(p["model"])
+def _evaluate_data(strategy, model, data_dir: str, p) -> tuple[dict, dict, int]:
+    """(metrics, the loss totals, majority-token hits) on one data dir's validation split."""
     seq, preds = int(p["max_seq_length"]), int(p["max_predictions_per_seq"])
     max_examples = p.get("max_examples")
-    strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
-    with strategy.scope():
-        model = BertPretrainer(config)
-    step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
-
     dataset = pretraining_data.pretraining_dataset(
-        inputs["data_dir"], "validation", batch_size=int(p["batch_size"]), max_seq_length=seq,
+        data_dir, "validation", batch_size=int(p["batch_size"]), max_seq_length=seq,
         max_predictions_per_seq=preds, training=False, max_examples=max_examples)
     totals = evaluate_totals(strategy, model, dataset)
     metrics = pretraining_metrics(totals)
-
-    train_counts = masked_token_counts(inputs["data_dir"], "train", seq, preds,
-                                       _BASELINE_MAX_EXAMPLES)
+    train_counts = masked_token_counts(data_dir, "train", seq, preds, _BASELINE_MAX_EXAMPLES)
     majority = int(np.argmax(train_counts)) if train_counts.size else 0
-    heldout_counts = masked_token_counts(inputs["data_dir"], "validation", seq, preds,
-                                         max_examples)
+    heldout_counts = masked_token_counts(data_dir, "validation", seq, preds, max_examples)
     heldout_total = int(heldout_counts.sum())
     hits = int(heldout_counts[majority]) if majority < heldout_counts.size else 0
     result = {
@@ -76,12 +66,46 @@ def run(ctx) -> dict:
         "examples": int(totals.get("examples", 0)),
         "majority_token_accuracy": hits / heldout_total if heldout_total else 0.0,
         "majority_token_id": majority,
-        "step": step,
     }
+    return result, totals, hits
+
+
+def run(ctx) -> dict:
+    p, inputs = ctx.params, ctx.inputs
+    strategy_lib.configure_threads()
+    config = BertConfig.from_dict(p["model"])
+    # Only the chief evaluates: this machine's devices, whatever the cluster.
+    strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx), multi_worker=False)
+    with strategy.scope():
+        model = BertPretrainer(config)
+    step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
+
+    if "data_dirs" not in inputs:  # one task
+        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], p)
+    else:  # a mixture: each member's held-out split, then all of them together
+        per_task, totals, hits = {}, {}, 0
+        for task, data_dir in sorted(inputs["data_dirs"].items()):
+            per_task[task], task_totals, task_hits = _evaluate_data(strategy, model, data_dir, p)
+            for k, v in task_totals.items():
+                totals[k] = totals.get(k, 0.0) + v
+            hits += task_hits
+        overall = pretraining_metrics(totals)
+        weight = totals.get("mlm_weight", 0.0)
+        result = {"mlm_accuracy": overall["mlm_accuracy"], "mlm_loss": overall["mlm_loss"],
+                  "nsp_accuracy": overall["nsp_accuracy"],
+                  "examples": int(totals.get("examples", 0)),
+                  # each task's own majority token, pooled over the masked positions
+                  "majority_token_accuracy": hits / weight if weight else 0.0,
+                  "tasks": per_task}
+    result["step"] = step
     with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
         json.dump(result, f, indent=2, sort_keys=True)
         f.write("\n")
     ctx.progress(f"step {step}: mlm_accuracy {result['mlm_accuracy']:.4f} (majority token "
                  f"{result['majority_token_accuracy']:.4f}), nsp_accuracy "
                  f"{result['nsp_accuracy']:.4f} on {result['examples']} examples")
+    for task, m in result.get("tasks", {}).items():
+        ctx.progress(f"  {task}: mlm_accuracy {m['mlm_accuracy']:.4f} (majority token "
+                     f"{m['majority_token_accuracy']:.4f}), nsp_accuracy "
+                     f"{m['nsp_accuracy']:.4f} on {m['examples']} examples")
     return result

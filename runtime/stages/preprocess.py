@@ -96,7 +96,7 @@ def run(ctx: StageContext) -> dict:
             continue
         s = totals[split]
         records.write_info(ctx.work_dir, split, num_shards, config.max_seq_length,
-                           config.max_predictions_per_seq)
+                           config.max_predictions_per_seq, config.is_dynamic(split))
         records.write_stats(ctx.work_dir, split, {
             "examples": s.instances, "input_ids_tokens": s.tokens,
             "masked_lm_ids_tokens": s.masked, **s.counts(),
@@ -104,6 +104,11 @@ def run(ctx: StageContext) -> dict:
         summary[split] = {"documents": s.documents, "instances": s.instances,
                           "tokens": s.tokens, "masked": s.masked}
         issues.add(s.issues)
+    if config.dynamic_masking and any(j.split == "train" for j in jobs):
+        from runexp.tasks.pretraining_shards import cached_tokenizer
+        records.write_masking(ctx.work_dir,
+                              config.masking_spec(cached_tokenizer(ctx.inputs["vocab_dir"])))
+        summary["dynamic_masking"] = True
     unk = sum(t.unk_tokens for t in totals.values())
     tokens = sum(t.document_tokens for t in totals.values())
     summary["unk_rate"] = unk / max(tokens, 1)

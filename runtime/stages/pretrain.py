@@ -4,7 +4,8 @@ Contract (docs/STAGES.md): params ``model``, ``batch_size``, ``train_steps``,
 ``warmup_steps``, ``learning_rate``, ``weight_decay``, ``checkpoint_every``,
 ``keep_checkpoints``, ``init_checkpoint``, ``max_seq_length``, ``max_predictions_per_seq``,
 ``seed``, ``steps_per_loop``, ``log_every``, ``accelerator``; inputs ``data_dir``,
-``vocab_dir``. Writes ``checkpoints/``, ``tensorboard/``, ``bert_config.json``,
+``vocab_dir`` (a mixture: ``data_dirs``, task -> dir, and the param ``mixture_rates``,
+task -> rate). Writes ``checkpoints/``, ``tensorboard/``, ``bert_config.json``,
 ``train_log.jsonl``. Re-running with checkpoints present continues from the latest.
 
 Optional params beyond the contract (``ctx.params.get`` with these defaults, so older
@@ -87,6 +88,19 @@ def has_split(data_dir: str, split: str) -> bool:
     return bool(glob.glob(os.path.join(data_dir, f"{split}.tfrecord-*")))
 
 
+def data_sources(p, inputs) -> tuple[list[str], list[float] | None]:
+    """The data dirs to train on and their rates: one task's ``data_dir``, or a mixture's
+    ``data_dirs`` (task -> dir) with ``mixture_rates`` (task -> rate), sorted by task name so
+    the sampling order never depends on how the gin file listed them."""
+    if "data_dirs" not in inputs:
+        return [inputs["data_dir"]], None
+    rates = p["mixture_rates"]
+    tasks = sorted(inputs["data_dirs"])
+    if set(tasks) != set(rates):
+        raise ValueError(f"mixture_rates names {sorted(rates)} but data_dirs {tasks}")
+    return [inputs["data_dirs"][t] for t in tasks], [float(rates[t]) for t in tasks]
+
+
 def run(ctx) -> dict:
     p, inputs = ctx.params, ctx.inputs
     strategy_lib.configure_threads()
@@ -105,16 +119,19 @@ def run(ctx) -> dict:
     write_bert_config(config, ctx.work_dir)
 
     seq, preds = int(p["max_seq_length"]), int(p["max_predictions_per_seq"])
+    data_dirs, rates = data_sources(p, inputs)
     eval_dataset = None
     if loop_config.eval_every:
-        if has_split(inputs["data_dir"], "validation"):
-            eval_examples = int(p.get("eval_examples") or 2048)
+        held = [d for d in data_dirs if has_split(d, "validation")]
+        if held:
+            # The examples are split between the members with a validation split.
+            eval_examples = max(1, int(p.get("eval_examples") or 2048) // len(held))
             eval_dataset = lambda: pretraining_data.pretraining_dataset(  # noqa: E731
-                inputs["data_dir"], "validation", batch_size=batch_size, max_seq_length=seq,
+                held, "validation", batch_size=batch_size, max_seq_length=seq,
                 max_predictions_per_seq=preds, training=False, max_examples=eval_examples)
         else:
             ctx.progress(f"eval_every {loop_config.eval_every}: no validation split in "
-                         f"{inputs['data_dir']}; training without held-out evaluation")
+                         f"{', '.join(data_dirs)}; training without held-out evaluation")
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=pretraining_metrics, progress=ctx.progress,
                       on_checkpoint=ctx.sync, eval_dataset=eval_dataset)
@@ -142,9 +159,9 @@ def run(ctx) -> dict:
 
     def make_dataset(skip_batches: int):
         return pretraining_data.pretraining_dataset(
-            inputs["data_dir"], "train", batch_size=batch_size, max_seq_length=seq,
-            max_predictions_per_seq=preds, seed=seed, training=True,
-            skip_batches=skip_batches)
+            data_dirs if rates else data_dirs[0], "train", batch_size=batch_size,
+            max_seq_length=seq, max_predictions_per_seq=preds, seed=seed, training=True,
+            skip_batches=skip_batches, rates=rates)
 
     result = trainer.train(make_dataset)
     summary = {

@@ -134,3 +134,34 @@ def test_pair_objectives_and_ngrams_reach_the_records(tmp_path, objective):
     else:
         assert all(has_b) and 0.3 < sum(labels) / len(labels) < 0.7
     assert summary["train"]["masked"] > 0
+
+
+def test_dynamic_masking_leaves_train_unmasked_and_validation_static(tmp_path):
+    vocab_dir = make_inputs(tmp_path)
+    static, static_summary = run_stage(tmp_path, "static", vocab_dir, num_workers=1,
+                                       dupe_factor=1)
+    out, summary = run_stage(tmp_path, "dynamic", vocab_dir, num_workers=1, dupe_factor=2,
+                             dynamic_masking=True)
+    masking = json.loads((out / "masking.json").read_text())
+    assert masking["splits"] == ["train"] and masking["whole_word_masking"] is True
+    assert masking["mask_id"] == load_tokenizer(vocab_dir).mask_id
+    info = json.loads((out / "info.train.json").read_text())
+    assert info["features"]["word_starts"] == {"shape": [32], "dtype": "int32"}
+    assert "word_starts" not in json.loads((out / "info.validation.json").read_text())["features"]
+    # Validation keeps its static masks (dupe_factor 2: two passes), byte for byte as a
+    # statically masked task with the same parameters writes it.
+    same, _ = run_stage(tmp_path, "static2", vocab_dir, num_workers=1, dupe_factor=2)
+    for i in range(3):
+        name = f"validation.tfrecord-{i:05d}-of-00003"
+        assert (out / name).read_bytes() == (same / name).read_bytes()
+    # Train: one pass whatever dupe_factor says, no masks yet.
+    assert summary["train"]["instances"] == static_summary["train"]["instances"]
+    assert summary["train"]["masked"] == 0 and summary["validation"]["masked"] > 0
+    spec = {"masked_lm_weights": tf.io.FixedLenFeature([5], tf.float32),
+            "word_starts": tf.io.FixedLenFeature([32], tf.int64),
+            "input_mask": tf.io.FixedLenFeature([32], tf.int64)}
+    files = sorted(str(p) for p in out.glob("train.tfrecord-*"))
+    parsed = list(tf.data.TFRecordDataset(files).map(
+        lambda r: tf.io.parse_single_example(r, spec)).as_numpy_iterator())
+    assert not any(p["masked_lm_weights"].any() for p in parsed)
+    assert all(0 < p["word_starts"].sum() < p["input_mask"].sum() for p in parsed)

@@ -115,3 +115,139 @@ def test_init_checkpoint_in_google_layout(pretrained, pretrain_data, tmp_path):
     with pytest.raises(ValueError, match="vocabulary of 64 tokens"):
         pretrain.run(make_ctx("pretrain", bad, {"data_dir": data_dir, "vocab_dir": vocab_dir},
                               str(tmp_path / "bad")))
+
+
+# --- dynamic masking and mixtures ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dynamic_data(tmp_path_factory):
+    """(data_dir, vocab_dir): real text preprocessed with dynamic_masking (train unmasked,
+    validation statically masked), TINY_SEQ tokens, TINY_PRED predictions, whole words."""
+    from test_stage_preprocess import make_inputs, run_stage
+
+    root = tmp_path_factory.mktemp("dynamic")
+    vocab_dir = make_inputs(root)
+    out, _ = run_stage(root, "preprocess", vocab_dir, num_workers=1, dynamic_masking=True)
+    return str(out), vocab_dir
+
+
+def _unmasked(batch):
+    ids = batch["input_ids"].numpy().copy()
+    rows, cols = np.nonzero(batch["masked_lm_weights"].numpy() > 0)
+    ids[rows, batch["masked_lm_positions"].numpy()[rows, cols]] = \
+        batch["masked_lm_ids"].numpy()[rows, cols]
+    return ids
+
+
+def test_dynamic_masks_resume_exactly_and_change_every_epoch(dynamic_data):
+    data_dir, _ = dynamic_data
+    make = lambda skip, **kw: pretraining_data.pretraining_dataset(  # noqa: E731
+        data_dir, "train", 8, 32, 5, seed=3, skip_batches=skip, **kw)
+    first = list(make(0).take(6))
+    assert set(first[0]) == {"input_ids", "input_mask", "segment_ids", "masked_lm_positions",
+                             "masked_lm_ids", "masked_lm_weights", "next_sentence_labels"}
+    assert (first[0]["masked_lm_weights"].numpy().sum(axis=1) > 0).all()
+    again = list(make(0).take(6))
+    skipped = list(make(4).take(2))
+    for a, b in zip(first + first[4:], again + skipped):
+        for name in a:
+            np.testing.assert_array_equal(a[name].numpy(), b[name].numpy(), err_msg=name)
+    # Without shuffling, epoch 2 repeats epoch 1's instances with new masks.
+    with open(os.path.join(data_dir, "stats.train.json")) as f:
+        n = json.load(f)["examples"]
+    stream = list(make(0, shuffle_buffer=1).unbatch().batch(n).take(2))
+    np.testing.assert_array_equal(_unmasked(stream[0]), _unmasked(stream[1]))
+    positions = [s["masked_lm_positions"].numpy() for s in stream]
+    assert (positions[0] != positions[1]).any(axis=1).mean() > 0.8
+
+
+def test_a_dynamically_masked_mixture_resumes_exactly(dynamic_data):
+    data_dir, _ = dynamic_data
+    # The same data as two members: each member's stream has its own mask key.
+    make = lambda skip: pretraining_data.pretraining_dataset(  # noqa: E731
+        [data_dir, data_dir], "train", 8, 32, 5, seed=3, skip_batches=skip, rates=[0.5, 0.5])
+    first = list(make(0).take(8))
+    for a, b in zip(first[5:], make(5).take(3)):
+        for name in a:
+            np.testing.assert_array_equal(a[name].numpy(), b[name].numpy(), err_msg=name)
+
+
+def test_pretrain_and_evaluate_on_dynamically_masked_data(dynamic_data, tmp_path):
+    data_dir, vocab_dir = dynamic_data
+    inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
+    work_dir = str(tmp_path / "pretrain")
+    params = pretrain_params(train_steps=4, checkpoint_every=2, log_every=2, steps_per_loop=2,
+                             batch_size=8)
+    assert pretrain.run(make_ctx("pretrain", params, inputs, work_dir))["step"] == 4
+    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=6), inputs, work_dir))
+    assert resumed["step"] == 6 and resumed["batches_consumed"] == 6
+    p = pretrain_params()
+    summary = evaluate.run(make_ctx(
+        "evaluate", {"model": p["model"], "batch_size": 8, "max_seq_length": 32,
+                     "max_predictions_per_seq": 5, "max_examples": None},
+        {"data_dir": data_dir, "checkpoint_dir": work_dir}, str(tmp_path / "eval")))
+    # The baseline's majority token comes from masks drawn as training draws them.
+    assert summary["examples"] > 0 and summary["majority_token_id"] > 4
+    assert 0 < summary["majority_token_accuracy"] < 1
+
+
+def _member_of(rows: np.ndarray, members: list[set]) -> list[int]:
+    return [next(i for i, m in enumerate(members) if r.tobytes() in m) for r in rows]
+
+
+def test_mixture_samples_members_by_rate_deterministically(tmp_path):
+    from runtime_testlib import TINY_MODEL, write_pretraining_records
+
+    dirs, members = [], []
+    for i, seed in enumerate((11, 12)):
+        d = str(tmp_path / f"member{i}")
+        write_pretraining_records(d, "train", 300, TINY_MODEL["vocab_size"], 32, 5, seed=seed)
+        dirs.append(d)
+        ds = pretraining_data.pretraining_dataset(d, "train", 300, 32, 5, training=False)
+        members.append({r.tobytes() for b in ds for r in b["input_ids"].numpy()})
+    assert not members[0] & members[1]
+    rates = [0.7, 0.3]
+    make = lambda skip: pretraining_data.pretraining_dataset(  # noqa: E731
+        dirs, "train", 100, 32, 5, seed=5, skip_batches=skip, rates=rates)
+    batches = [b["input_ids"].numpy() for b in make(0).take(40)]
+    whom = np.array(_member_of(np.concatenate(batches), members))
+    n = len(whom)
+    for i, rate in enumerate(rates):
+        share = np.mean(whom == i)
+        band = 3.29 * np.sqrt(rate * (1 - rate) / n)  # binomial, 99.9%
+        assert abs(share - rate) <= band, (i, share, rate, band)
+    # Deterministic for the seed, and a resume skips to exactly the same batches.
+    for a, b in zip(batches[30:32], make(30).take(2)):
+        np.testing.assert_array_equal(a, b["input_ids"].numpy())
+    other = next(iter(pretraining_data.pretraining_dataset(
+        dirs, "train", 100, 32, 5, seed=6, rates=rates)))["input_ids"].numpy()
+    assert not np.array_equal(other, batches[0])
+
+
+def test_pretrain_and_evaluate_a_mixture(pretrain_data, tmp_path):
+    from runtime_testlib import TINY_MODEL, write_pretraining_records
+
+    data_dir, vocab_dir = pretrain_data
+    other = str(tmp_path / "other")
+    write_pretraining_records(other, "train", 200, TINY_MODEL["vocab_size"], 32, 5, seed=21)
+    write_pretraining_records(other, "validation", 50, TINY_MODEL["vocab_size"], 32, 5,
+                              seed=22, num_shards=1)
+    dirs = {"wiki": data_dir, "books": other}
+    params = pretrain_params(train_steps=4, checkpoint_every=2, log_every=2, steps_per_loop=2,
+                             mixture="mix", mixture_rates={"wiki": 0.7, "books": 0.3})
+    work_dir = str(tmp_path / "pretrain")
+    summary = pretrain.run(make_ctx("pretrain", params, {"data_dirs": dirs,
+                                                         "vocab_dir": vocab_dir}, work_dir))
+    assert summary["step"] == 4 and summary["batches_consumed"] == 4
+    p = pretrain_params()
+    metrics = evaluate.run(make_ctx(
+        "evaluate", {"model": p["model"], "batch_size": 25, "max_seq_length": 32,
+                     "max_predictions_per_seq": 5, "max_examples": None},
+        {"data_dirs": dirs, "checkpoint_dir": work_dir}, str(tmp_path / "eval")))
+    assert set(metrics["tasks"]) == {"books", "wiki"}
+    assert metrics["tasks"]["wiki"]["examples"] == 200
+    assert metrics["tasks"]["books"]["examples"] == 50
+    assert metrics["examples"] == 250 and metrics["step"] == 4
+    # Overall = the members pooled, weighted by their examples (NSP: 1 per example).
+    pooled = sum(m["nsp_accuracy"] * m["examples"] for m in metrics["tasks"].values()) / 250
+    assert metrics["nsp_accuracy"] == pytest.approx(pooled)

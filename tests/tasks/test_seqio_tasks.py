@@ -56,3 +56,76 @@ def test_classification_task(corpus_dir, spm_dir):
     assert len(examples) > 300
     assert examples[0]["input_ids"].shape == (32,) and examples[0]["input_ids"][0] == 2
     assert {int(e["label_ids"]) for e in examples} == set(range(6))
+
+
+def run_preprocess(stage, tmp_path):
+    preprocess.run(StageContext(stage, Plan("t", str(tmp_path), (stage,)), stage.output_dir,
+                                progress=lambda m: None))
+
+
+def canonical(examples):
+    return sorted(tuple((k, v.dtype.name, tuple(v.tolist())) for k, v in sorted(e.items()))
+                  for e in examples)
+
+
+def test_dynamically_masked_task_reads_its_train_split_unmasked(small_corpus, spm_dir,
+                                                                tmp_path):
+    stage = preprocess_stage(small_corpus, spm_dir, str(tmp_path))
+    stage = Stage(id=stage.id, kind="preprocess", output_dir=stage.output_dir,
+                  params=dict(stage.params, task="runexp_test_dynamic", dynamic_masking=True,
+                              whole_word_masking=True),
+                  inputs=dict(stage.inputs, train_files=[os.path.join(small_corpus,
+                                                                      "heldout.txt")]))
+    run_preprocess(stage, tmp_path)
+    task = seqio_tasks.register_pretraining_task_from_stage(stage)
+    kwargs = dict(split="train", sequence_length=None, shuffle=False)
+    cached = list(task.get_dataset(use_cached=True, **kwargs).as_numpy_iterator())
+    uncached = list(task.get_dataset(use_cached=False, **kwargs).as_numpy_iterator())
+    assert len(cached) > 10 and canonical(cached) == canonical(uncached)
+    assert "word_starts" in cached[0] and not any(e["masked_lm_weights"].any() for e in cached)
+    validation = list(task.get_dataset(use_cached=True, split="validation", sequence_length=None,
+                                       shuffle=False).as_numpy_iterator())
+    assert "word_starts" not in validation[0]
+    assert all(e["masked_lm_weights"].sum() > 0 for e in validation)
+    from runexp.tasks.inspect import inspect_examples
+    assert "masked at training time" in inspect_examples(stage.output_dir, spm_dir, "train", 1)
+    assert "masked at training time" not in inspect_examples(stage.output_dir, spm_dir,
+                                                             "validation", 1)
+
+
+def test_mixture_samples_its_tasks_by_rate(small_corpus, spm_dir, tmp_path):
+    stages = []
+    for name, text in (("a", "train.txt"), ("b", "heldout.txt")):
+        s = preprocess_stage(small_corpus, spm_dir, str(tmp_path / name))
+        s = Stage(id=f"preprocess.{name}", kind="preprocess", output_dir=s.output_dir,
+                  params=dict(s.params, task=f"runexp_test_mix_{name}", num_shards=1),
+                  inputs=dict(s.inputs, train_files=[os.path.join(small_corpus, text)]))
+        os.makedirs(s.output_dir)
+        run_preprocess(s, tmp_path)
+        stages.append(s)
+    rates = {"runexp_test_mix_a": 0.3, "runexp_test_mix_b": 0.7}
+    pretrain = Stage(id="pretrain", kind="pretrain", output_dir=str(tmp_path / "pt"),
+                     params={"mixture": "runexp_test_mix", "mixture_rates": rates}, inputs={})
+    names = seqio_tasks.register_pretraining_from_plan(Plan("t", str(tmp_path),
+                                                            (*stages, pretrain)))
+    assert names == ["runexp_test_mix_a", "runexp_test_mix_b", "runexp_test_mix"]
+    members = []
+    for s in stages:
+        task = seqio.get_mixture_or_task(s.params["task"])
+        members.append({e["input_ids"].tobytes() for e in task.get_dataset(
+            split="train", sequence_length=None, use_cached=True, shuffle=False)
+            .as_numpy_iterator()})
+    assert not members[0] & members[1]
+    mixture = seqio.get_mixture_or_task("runexp_test_mix")
+    n = 3000
+    ds = mixture.get_dataset(split="train", sequence_length=None, use_cached=True, shuffle=True,
+                             seed=3, num_epochs=None).take(n)
+    first = [e["input_ids"].tobytes() for e in ds.as_numpy_iterator()]
+    again = [e["input_ids"].tobytes() for e in mixture.get_dataset(
+        split="train", sequence_length=None, use_cached=True, shuffle=True, seed=3,
+        num_epochs=None).take(50).as_numpy_iterator()]
+    assert again == first[:50]  # deterministic for a seed
+    for member, rate in zip(members, rates.values()):
+        share = sum(x in member for x in first) / n
+        band = 3.29 * (rate * (1 - rate) / n) ** 0.5  # binomial, 99.9%
+        assert abs(share - rate) <= band, (share, rate, band)
