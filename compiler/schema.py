@@ -164,7 +164,9 @@ CONFIGURABLES: dict[str, Configurable] = {
         "grad_accum_steps": _pos("micro-batches accumulated per step (batch / k each)", 1),
         "compute_dtype": Param("str", "float32", choices=("float32", "bfloat16", "mixed_float16"),
                                doc="bfloat16 on TPU; mixed_float16 (loss scaling) on GPU"),
-        "jit_compile": Param("bool", False, doc="XLA-compile the training step"),
+        "jit_compile": Param("bool", None, optional=True,
+                             doc="XLA-compile the training step (None: where it is faster, "
+                                 "one replica on CPU or GPU; TPU steps are always compiled)"),
         "eval_every": _pos("steps between held-out evaluations during training (0: off)", 0,
                            minimum=0),
     }),
