@@ -71,7 +71,7 @@ def test_gin_search_path_finds_files_and_includes(tmp_path, capsys, monkeypatch)
                  "--explain=TRAIN_STEPS"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("TRAIN_STEPS = 7\n")
-    assert "mine.gin:2" in out and "overrides 1200 @ gin/quickstart.gin:" in out
+    assert "mine.gin:2" in out and "overrides 2400 @ gin/quickstart.gin:" in out
 
 
 def test_explain_unknown_name_suggests(capsys):
