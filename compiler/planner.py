@@ -132,6 +132,14 @@ class _Planner:
                 fps[pattern] = files_digest(matched)
         return out, fps, sorted(set(deps))
 
+    def check_batch(self, batch, accel, what: str, location: Optional[Location]) -> None:
+        """Each replica takes an equal share of a batch."""
+        if accel is not None and batch and batch % accel.replicas:
+            self.c.error(f"{what} {batch} is not divisible by the {accel.replicas} replicas of "
+                         f"{accel.name}", location,
+                         hint=f"use a multiple of {accel.replicas}, e.g. "
+                              f"{-(-batch // accel.replicas) * accel.replicas}")
+
     def ensure_corpus_stage(self) -> Stage:
         if self.corpus_stage is None:
             b = _StageBuilder(self.r)
@@ -546,11 +554,7 @@ class _Planner:
                                   pres[0].params["task"]),
                          hint="shorten MAX_SEQ_LENGTH or raise model.max_position_embeddings")
         batch = b.params["batch_size"]
-        if accel is not None and batch and batch % accel.replicas:
-            self.c.error(f"global batch size {batch} is not divisible by the {accel.replicas} "
-                         f"replicas of {accel.name}", self.loc("train", "batch_size"),
-                         hint=f"use a multiple of {accel.replicas}, e.g. "
-                              f"{-(-batch // accel.replicas) * accel.replicas}")
+        self.check_batch(batch, accel, "global batch size", self.loc("train", "batch_size"))
         accum = b.params["grad_accum_steps"]
         if accel is not None and batch and accum and batch % accel.replicas == 0 \
                 and batch % (accel.replicas * accum):
@@ -654,12 +658,8 @@ class _Planner:
             self.c.error(f"finetune.max_seq_length ({length}) exceeds max_position_embeddings "
                          f"({max_pos})", self.loc("finetune", "max_seq_length"),
                          hint=f"use at most {max_pos}")
-        batch = b.params["batch_size"]
-        if accel is not None and batch and batch % accel.replicas:
-            self.c.error(f"fine-tune batch size {batch} is not divisible by the {accel.replicas} "
-                         f"replicas of {accel.name}", self.loc("finetune", "batch_size"),
-                         hint=f"use a multiple of {accel.replicas}, e.g. "
-                              f"{-(-batch // accel.replicas) * accel.replicas}")
+        self.check_batch(b.params["batch_size"], accel, "fine-tune batch size",
+                         self.loc("finetune", "batch_size"))
         inputs, fps, deps = self.finetune_files(task)
         if labels is not None and "train_file" in inputs and not uris.is_gcs(inputs["train_file"]):
             self.check_labels(task, inputs["train_file"], labels, b.params["text_fields"],
