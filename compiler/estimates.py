@@ -19,6 +19,7 @@ import os
 from typing import Optional
 
 from runexp.compiler import uris
+from runexp.compiler.kinds import KINDS
 from runexp.compiler.model_sizes import parameter_count
 from runexp.compiler.plan import Plan
 
@@ -143,7 +144,7 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
     """Estimates one training stage of `plan` (pretrain or finetune.NAME); None when the plan
     has no such stage or its model is known only at run time."""
     stage = next((s for s in plan.stages if s.id == stage_id), None)
-    if stage is None or stage.kind not in ("pretrain", "finetune"):
+    if stage is None or not KINDS[stage.kind].trains:
         return None
     p, model, accel = stage.params, stage.params["model"], plan.accelerator
     if model.get("vocab_size") is None:

@@ -13,12 +13,7 @@ import json
 import os
 from typing import Any, Iterable
 
-# Bump a kind's version when its handler's output changes for the same inputs and params:
-# every cached output of that kind is then rebuilt.
-FORMAT_VERSIONS = {
-    "corpus": 1, "vocab": 1, "preprocess": 1, "pretrain": 1, "evaluate": 1, "finetune": 1,
-    "export": 1,
-}
+from runexp.compiler.kinds import KINDS
 
 LARGE_FILE_BYTES = 256 * 1024 * 1024
 
@@ -48,7 +43,7 @@ def files_digest(paths: Iterable[str]) -> str:
 
 
 def stage_fingerprint(kind: str, params: dict, input_fingerprints: dict) -> str:
-    return digest({"kind": kind, "version": FORMAT_VERSIONS[kind], "params": params,
+    return digest({"kind": kind, "version": KINDS[kind].format_version, "params": params,
                    "inputs": input_fingerprints})
 
 

@@ -20,10 +20,10 @@ import re
 from typing import Any, Optional
 
 from runexp.compiler import uris
+from runexp.compiler.kinds import TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 
 STARTED_FILE = "STARTED.json"
-TRAINING_KINDS = ("pretrain", "finetune")
 
 CREATE, REUSE, REBUILD, RESUME = "create", "reuse", "rebuild", "resume"
 

@@ -1,0 +1,51 @@
+"""What each stage kind is: its spec, format version, and how the runtime treats it.
+
+One record per kind replaces the kind lists that were scattered over the compiler and the
+runtime. Standard library only (the runtime and `runexp status` read it).
+
+Usage:
+    KINDS["pretrain"].trains          # True: checkpoints, resume, a wall-time budget
+    KINDS["preprocess"].spec          # PreprocessSpec
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from runexp.compiler.specs import (CorpusSpec, EvaluateSpec, ExportSpec, FinetuneSpec,
+                                   PreprocessSpec, TrainSpec, VocabSpec)
+from runexp.compiler.specs.train import RESUMABLE
+
+
+@dataclasses.dataclass(frozen=True)
+class StageKind:
+    """Attributes:
+      name: the kind (also the handler's module: runtime/stages/<name>.py).
+      spec: the spec class of its params.
+      format_version: bump when the handler's output changes for the same inputs and
+        params: every cached output of that kind is then rebuilt.
+      trains: writes checkpoints, can resume, honours the wall-time budget.
+      needs_tensorflow: its handler imports TensorFlow.
+      resumable: params that may change while a run continues from its checkpoints.
+    """
+
+    name: str
+    spec: type
+    format_version: int = 1
+    trains: bool = False
+    needs_tensorflow: bool = False
+    resumable: tuple = ()
+
+
+KINDS: dict[str, StageKind] = {k.name: k for k in (
+    StageKind("corpus", CorpusSpec),
+    StageKind("vocab", VocabSpec),
+    StageKind("preprocess", PreprocessSpec),
+    StageKind("pretrain", TrainSpec, trains=True, needs_tensorflow=True, resumable=RESUMABLE),
+    StageKind("evaluate", EvaluateSpec, needs_tensorflow=True),
+    StageKind("finetune", FinetuneSpec, trains=True, needs_tensorflow=True),
+    StageKind("export", ExportSpec, needs_tensorflow=True),
+)}
+
+TRAINING_KINDS = tuple(k.name for k in KINDS.values() if k.trains)
+TF_KINDS = tuple(k.name for k in KINDS.values() if k.needs_tensorflow)

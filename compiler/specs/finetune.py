@@ -1,0 +1,50 @@
+"""The finetune stage's settings: a classification task and how it is trained."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from runexp.compiler.specs.base import Spec, nested, setting
+from runexp.compiler.specs.train import OptimizerSpec, TrainSpec
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassificationSpec(Spec):
+    """`classification_task` in gin (scoped by the task's name), besides its files."""
+
+    text_fields: tuple[str, ...] = setting(("sentence",), "one field, or two for pairs")
+    label_field: str = setting("label", "the label column")
+    labels: Optional[tuple[str, ...]] = setting(None, "labels; None reads them from train")
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSpec(Spec):
+    """`finetune` in gin: a classifier on the pretrained (or a released) encoder. The
+    optimizer is BERT's run_classifier one: AdamW, linear decay, clipping at 1.0."""
+
+    task: str = setting("", "the classification_task's name (finetune.task)", gin=None)
+    data: ClassificationSpec = nested(ClassificationSpec, "the task's fields and labels",
+                                      configurable="classification_task")
+    init_checkpoint: Optional[str] = setting(None, "checkpoint in Google's BERT layout to "
+                                                   "fine-tune (None: the pretrain stage's)")
+    model: dict = setting(None, "the encoder's bert_config", gin=None)
+    batch_size: int = setting(32, "global batch size", minimum=1)
+    learning_rate: float = setting(2e-5, "peak learning rate", minimum=0.0)
+    warmup_steps: int = setting(100, "warmup steps", minimum=0)
+    weight_decay: float = setting(0.01, "AdamW weight decay", minimum=0.0)
+    seed: int = setting(12345, "seed")
+    train_steps: int = setting(1000, "training steps", gin="steps", minimum=1)
+    max_seq_length: int = setting(128, "tokens per example", minimum=8)
+    compute_dtype: str = setting(TrainSpec.compute_dtype, "the pretraining compute dtype "
+                                                          "(train.compute_dtype)",
+                                 gin="train.compute_dtype")
+    accelerator: Optional[dict] = setting(None, "the accelerator profile", gin=None)
+    deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
+                                                   "time.time() (from experiment.wall_time_hours)",
+                                             planned=False)
+
+    def optimization(self) -> OptimizerSpec:
+        """The optimizer: this spec's rate, warmup and decay; the rest OptimizerSpec's."""
+        return OptimizerSpec(learning_rate=self.learning_rate, warmup_steps=self.warmup_steps,
+                             weight_decay=self.weight_decay)

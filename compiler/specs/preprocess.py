@@ -1,0 +1,66 @@
+"""The preprocess stage's settings: how a corpus becomes BERT pretraining examples.
+
+`bert_pretraining_task` in gin; a task's scope is its name (`wiki/bert_pretraining_task.*`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from runexp.compiler.specs.base import Spec, nested, setting
+
+_ONE_MODEL = "same: one model reads every task's examples"
+_AT_ONCE = "same_if_dynamic: a batch of examples masked at training time is masked at once"
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingSpec(Spec):
+    """Which positions are predicted and what they are replaced with (BERT's 80/10/10)."""
+
+    max_predictions_per_seq: int = setting(20, "masked positions per example", minimum=1,
+                                           mixture=_ONE_MODEL)
+    masked_lm_prob: float = setting(0.15, "share of tokens masked", minimum=0.0, maximum=1.0,
+                                    mixture=_AT_ONCE)
+    mask_token_prob: float = setting(0.8, "of masked positions, share replaced by [MASK]",
+                                     minimum=0.0, maximum=1.0, mixture=_AT_ONCE)
+    random_token_prob: float = setting(0.1, "of masked positions, share replaced by a random "
+                                            "token", minimum=0.0, maximum=1.0, mixture=_AT_ONCE)
+    whole_word_masking: bool = setting(False, "mask whole words", mixture=_AT_ONCE)
+    ngram_max: int = setting(1, "mask whole-word n-grams up to this length (p ~ 1/n); 1: single "
+                                "words", minimum=1)
+
+    @property
+    def word_level(self) -> bool:
+        """Masks choose words, not pieces (needs a table of word-start ids)."""
+        return bool(self.whole_word_masking) or self.ngram_max > 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessSpec(Spec):
+    """One bert_pretraining_task: instances, pairing and masking of its corpus."""
+
+    task: str = setting("", "the task's name (its gin scope)", gin=None)
+    max_seq_length: int = setting(128, "tokens per example", minimum=8, mixture=_ONE_MODEL)
+    masking: MaskingSpec = nested(MaskingSpec, "which positions are predicted, and how")
+    dupe_factor: int = setting(5, "static masks per instance (times each document is used)",
+                               minimum=1)
+    short_seq_prob: float = setting(0.1, "share of shorter target lengths", minimum=0.0,
+                                    maximum=1.0)
+    random_next_prob: float = setting(0.5, "share of random next segments", minimum=0.0,
+                                      maximum=1.0)
+    pair_objective: str = setting("nsp", "next-sentence (nsp), sentence-order (sop) or single "
+                                         "segments", choices=("nsp", "sop", "none"))
+    dynamic_masking: bool = setting(False, "mask the train split at training time, anew each "
+                                           "epoch (RoBERTa); validation stays statically masked",
+                                    mixture="same: a batch mixes the tasks' examples")
+    random_seed: int = setting(12345, "seed of instance creation and masking")
+    num_shards: int = setting(0, "output shards per split (0: chosen from the corpus size)",
+                              minimum=0)
+    num_workers: int = setting(0, "worker processes (0: one per core)", minimum=0)
+    do_lower_case: bool = setting(True, "lower-case before tokenising (the vocab's setting)",
+                                  gin=None)
+
+    def is_dynamic(self, split: str) -> bool:
+        """Only the train split is masked at training time; validation keeps static masks,
+        so evaluations stay comparable across runs."""
+        return bool(self.dynamic_masking) and split == "train"

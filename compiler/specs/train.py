@@ -1,0 +1,71 @@
+"""The pretrain stage's settings: optimizer, schedule and the training loop.
+
+`train` in gin (plus `train.task`, which names the task or mixture to train on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from runexp.compiler.specs.base import Spec, nested, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec(Spec):
+    """The optimizer and its learning-rate schedule (warmup, then decay)."""
+
+    optimizer: str = setting("adamw", "AdamW as BERT; LAMB for large batches; Amos",
+                             choices=("adamw", "lamb", "amos"))
+    learning_rate: float = setting(1e-4, "peak learning rate", minimum=0.0)
+    warmup_steps: int = setting(10_000, "linear warmup steps", minimum=0)
+    weight_decay: float = setting(0.01, "AdamW weight decay", minimum=0.0)
+    decay: str = setting("linear", "learning-rate decay after warmup",
+                         choices=("linear", "polynomial"))
+    decay_power: float = setting(1.0, "power of polynomial decay", minimum=0.0)
+    end_learning_rate: float = setting(0.0, "rate at the last step", minimum=0.0)
+    clip_norm: float = setting(1.0, "global-norm clipping (0: off)", minimum=0.0)
+
+
+# Params that may change while a run continues from its checkpoints (the resume key leaves
+# them out): how long and how often, never what is computed per step.
+RESUMABLE = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
+             "steps_per_loop", "eval_every", "jit_compile")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSpec(Spec):
+    """The pretrain stage: the encoder, its data and the loop."""
+
+    model: dict = setting(None, "the encoder's bert_config (model.*)", gin=None)
+    batch_size: int = setting(256, "global batch size", minimum=1)
+    train_steps: int = setting(100_000, "training steps", gin="steps", minimum=1)
+    optimization: OptimizerSpec = nested(OptimizerSpec, "optimizer and schedule")
+    checkpoint_every: int = setting(1000, "steps between checkpoints", minimum=1)
+    keep_checkpoints: int = setting(5, "checkpoints kept", minimum=1)
+    init_checkpoint: Optional[str] = setting(None, "checkpoint in Google's BERT layout to "
+                                                   "start from")
+    steps_per_loop: int = setting(1, "steps per host loop (one call to the accelerator)",
+                                  minimum=1)
+    log_every: int = setting(100, "steps between logs and summaries", minimum=1)
+    seed: int = setting(12345, "initialisation and data order seed")
+    grad_accum_steps: int = setting(1, "micro-batches accumulated per step (batch / k each)",
+                                    minimum=1)
+    compute_dtype: str = setting("float32", "bfloat16 on TPU; mixed_float16 (loss scaling) on "
+                                            "GPU", choices=("float32", "bfloat16",
+                                                            "mixed_float16"))
+    jit_compile: Optional[bool] = setting(None, "XLA-compile the training step (None: where it "
+                                                "is faster, one replica on CPU or GPU; TPU steps "
+                                                "are always compiled)")
+    eval_every: int = setting(0, "steps between held-out evaluations during training (0: off)",
+                              minimum=0)
+    max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)
+    max_predictions_per_seq: int = setting(20, "masked positions per example (the preprocess "
+                                               "stage's)", gin=None)
+    mixture: Optional[str] = setting(None, "the mixture trained on (train.task)", gin=None)
+    mixture_rates: Optional[dict] = setting(None, "task -> sampling rate of the mixture",
+                                            gin=None)
+    accelerator: Optional[dict] = setting(None, "the accelerator profile", gin=None)
+    deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
+                                                   "time.time() (from experiment.wall_time_hours)",
+                                             planned=False)

@@ -1,0 +1,22 @@
+"""The vocab stage's settings: adopt a vocabulary file, or train one."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from runexp.compiler.specs.base import Spec, setting
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabSpec(Spec):
+    """`vocab` in gin. An adopted vocab's plan carries only vocab_path, do_lower_case and
+    vocab_size (counted in the file); a trained one's also the training settings."""
+
+    vocab_path: Optional[str] = setting(None, "BERT vocab.txt or SentencePiece .model to adopt; "
+                                              "None trains one", gin="path")
+    vocab_size: int = setting(30522, "vocabulary size to train", gin="size", minimum=16)
+    do_lower_case: bool = setting(True, "lower-case (and strip accents) before tokenising")
+    model_type: str = setting("unigram", "SentencePiece model type", choices=("unigram", "bpe"))
+    max_sentences: int = setting(1_000_000, "sentences sampled to train the vocab", minimum=1)
+    seed: int = setting(12345, "sampling seed")

@@ -1,0 +1,93 @@
+"""The encoder that training stages share: its bert_config, and whether a checkpoint fits it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Optional
+
+from runexp.compiler import uris
+from runexp.compiler.errors import Location
+from runexp.compiler.model_sizes import bert_config
+from runexp.compiler.plan import Stage
+from runexp.compiler.specs import ModelSpec
+from runexp.compiler.stages.common import PlanContext, StageBuilder
+
+# Google's released checkpoints live in directories named like uncased_L-12_H-768_A-12.
+GOOGLE_RELEASE = re.compile(r"(?:^|/)(?:wwm_)?(?P<name>uncased|cased|multi_cased|multilingual|"
+                            r"chinese)_L-(?P<layers>\d+)_H-(?P<hidden>\d+)_A-(?P<heads>\d+)/")
+# Those trained on lower-cased text (google-research/bert's tokenization.py says which).
+LOWER_CASED_RELEASES = ("uncased", "multilingual", "chinese")
+# bert_config.json fields that must equal the model's for a checkpoint to load.
+MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act")
+
+
+def model_config(ctx: PlanContext, b: StageBuilder, vocab: Stage) -> Optional[dict]:
+    """Sets the ``model`` param: the size preset, model.* overrides, the vocab's size."""
+    size = ctx.r.get("model", "size")
+    overrides = {s.name: ctx.r.get("model", s.name) for s in ModelSpec.settings()
+                 if s.name != "size"}
+    if size is None:
+        return None
+    vocab_size = vocab.params.get("vocab_size")
+    if overrides["vocab_size"] is None and vocab_size is None and vocab.params.get("vocab_path"):
+        ctx.c.error("the vocab on gs:// is only counted at run time, so the model's "
+                    "vocab_size is unknown", ctx.loc("model", "size"),
+                    hint="set model.vocab_size to the vocab's token count (for a released "
+                         "checkpoint: the rows of its embedding table, in bert_config.json)")
+    if overrides["vocab_size"] is None:
+        overrides["vocab_size"] = vocab_size
+    elif vocab_size and overrides["vocab_size"] < vocab_size:
+        padded = -(-vocab_size // 128) * 128
+        ctx.c.error(f"model.vocab_size ({overrides['vocab_size']}) is smaller than the "
+                    f"vocabulary ({vocab_size} tokens)", ctx.loc("model", "vocab_size"),
+                    hint=f"set model.vocab_size = {padded} (the vocab size padded to a "
+                         "multiple of 128) or leave it unset")
+    config = bert_config(size, overrides)
+    if config["hidden_size"] % config["num_attention_heads"]:
+        ctx.c.error(f"hidden_size ({config['hidden_size']}) is not a multiple of "
+                    f"num_attention_heads ({config['num_attention_heads']})",
+                    ctx.loc("model", "num_attention_heads"),
+                    hint="choose heads that divide the hidden size")
+    b.set("model", config, f"model.size = {size!r} @ {ctx.r.provenance('model', 'size').short()}")
+    return config
+
+
+def check_init_checkpoint(ctx: PlanContext, init: str, model: dict,
+                          location: Optional[Location], accel) -> None:
+    """The checkpoint must fit the model and the casing: checked from the name of a Google
+    release directory (cheap, also on gs://) and from a local bert_config.json beside it."""
+    if accel is not None and accel.needs_gcs and not uris.is_gcs(init):
+        ctx.c.error(f"a TPU cannot read the local init_checkpoint {init!r}", location,
+                    hint="copy the checkpoint to gs:// and point INIT_CHECKPOINT there")
+    expected: dict = {}
+    release = GOOGLE_RELEASE.search(init)
+    if release:
+        expected = {"num_hidden_layers": int(release["layers"]),
+                    "hidden_size": int(release["hidden"]),
+                    "num_attention_heads": int(release["heads"])}
+        lower = release["name"] in LOWER_CASED_RELEASES
+        if ctx.r.get("vocab", "do_lower_case") != lower:
+            ctx.c.error(f"DO_LOWER_CASE is {not lower} but the checkpoint "
+                        f"{release.group(0).strip('/')} was trained "
+                        f"{'lower-cased' if lower else 'cased'}",
+                        ctx.loc("vocab", "do_lower_case") or location,
+                        hint=f"set DO_LOWER_CASE = {lower}")
+    config_path = os.path.join(os.path.dirname(init), "bert_config.json")
+    if not uris.is_gcs(init) and os.path.isfile(config_path):
+        try:
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError) as e:
+            ctx.c.error(f"cannot read {config_path}: {e}", location)
+            return
+        expected.update({k: v for k, v in config.items() if k in MODEL_FIELDS})
+    wrong = [f"{k}: checkpoint {v!r}, model {model.get(k)!r}" for k, v in sorted(
+        expected.items()) if model.get(k) is not None and model.get(k) != v]
+    if wrong:
+        ctx.c.error(f"the init checkpoint does not fit the model ({'; '.join(wrong)})",
+                    location or ctx.loc("model", "size"),
+                    hint="choose the model size of the checkpoint (e.g. include "
+                         "models/bert_large.gin) or set model.* to its bert_config.json")

@@ -1,0 +1,94 @@
+"""Planning preprocess stages: one per bert_pretraining_task trained on."""
+
+from __future__ import annotations
+
+import os
+
+from runexp.compiler import uris
+from runexp.compiler.plan import Stage
+from runexp.compiler.specs import PreprocessSpec
+from runexp.compiler.stages.common import PlanContext, StageBuilder
+
+TASK = "bert_pretraining_task"
+
+
+def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
+    b = StageBuilder(ctx.r)
+    target = ctx.r.get("train", "task")
+    if target == task:
+        b.set("task", task, f"train.task @ {ctx.r.provenance('train', 'task').short()}")
+    else:
+        b.set("task", task, f"{target}/bert_pretraining_mixture.rates @ "
+              f"{ctx.r.provenance('bert_pretraining_mixture', 'rates', target).short()}")
+    p = b.take_spec(PreprocessSpec, TASK, task)
+    if p["dynamic_masking"]:
+        check_dynamic_masking(ctx, task, p)
+    b.copy(vocab, "do_lower_case")
+    check_masking(ctx, task, p)
+    train = ctx.r.get(TASK, "train_files", task) or []
+    held = ctx.r.get(TASK, "validation_files", task) or []
+    loc_v = ctx.loc(TASK, "validation_files", task)
+    train_uris, f1, d1 = ctx.files(train, f"{task}.train_files",
+                                   ctx.loc(TASK, "train_files", task))
+    if p["num_shards"] == 0:
+        b.set("num_shards", *auto_shards(ctx, train_uris))
+    held_uris, f2, d2 = ctx.files(held, f"{task}.validation_files", loc_v)
+    if train and held and sorted(train_uris) == sorted(held_uris):
+        ctx.c.warn("the held-out files are the training files: evaluation will measure "
+                   "memorisation, not generalisation", loc_v,
+                   hint="hold out documents the model never trains on")
+    inputs = {"train_files": train_uris, "validation_files": held_uris,
+              "vocab_dir": vocab.output_dir}
+    fps = {"train": f1, "validation": f2, "vocab": vocab.fingerprint}
+    return ctx.add(f"preprocess.{task}", "preprocess", b, inputs, fps,
+                   sorted(set(d1 + d2 + [vocab.id])))
+
+
+def check_masking(ctx: PlanContext, task: str, p: dict) -> None:
+    mask, rnd = p["mask_token_prob"], p["random_token_prob"]
+    if mask is not None and rnd is not None and mask + rnd > 1.0 + 1e-9:
+        ctx.c.error(f"mask_token_prob + random_token_prob = {mask + rnd:g} exceeds 1",
+                    ctx.loc(TASK, "random_token_prob", task),
+                    hint="the rest of the masked positions keep their token: use e.g. 0.8 and 0.1")
+    length, preds, prob = p["max_seq_length"], p["max_predictions_per_seq"], p["masked_lm_prob"]
+    if length and preds and prob is not None:
+        expected = round(length * prob)
+        where = ctx.loc(TASK, "max_predictions_per_seq", task)
+        if preds > length:
+            ctx.c.error(f"max_predictions_per_seq ({preds}) exceeds max_seq_length ({length})",
+                        where, hint=f"about max_seq_length x masked_lm_prob = {expected} is usual")
+        elif preds < expected:
+            ctx.c.warn(f"max_predictions_per_seq ({preds}) < max_seq_length x masked_lm_prob "
+                       f"({expected}): fewer tokens than masked_lm_prob asks will be masked",
+                       where, hint=f"set MAX_PREDICTIONS_PER_SEQ = {expected}")
+
+
+def check_dynamic_masking(ctx: PlanContext, task: str, p: dict) -> None:
+    loc = ctx.loc(TASK, "dynamic_masking", task)
+    if p["ngram_max"] and p["ngram_max"] > 1:
+        ctx.c.error(f"{task}: dynamic_masking masks single tokens or whole words, not "
+                    f"n-grams (ngram_max = {p['ngram_max']})",
+                    ctx.loc(TASK, "ngram_max", task) or loc,
+                    hint="set ngram_max = 1, or dynamic_masking = False for static n-gram masks")
+    dupe = p["dupe_factor"]
+    if dupe and dupe > 1:
+        ctx.c.warn(f"{task}: with dynamic_masking the train split is built in one pass; "
+                   f"dupe_factor = {dupe} would only duplicate its instances (each epoch "
+                   "draws new masks), so it applies to the validation split only",
+                   ctx.loc(TASK, "dupe_factor", task) or loc,
+                   hint=f"set {task}/bert_pretraining_task.dupe_factor = 1 to silence this")
+
+
+def auto_shards(ctx: PlanContext, train_uris: list) -> tuple[int, str]:
+    """Shards bound each worker's memory and set the parallelism: one per 16 MB, at least 4.
+    Decided here, not from the machine's cores, so output is the same anywhere."""
+    size = 0
+    for pattern in train_uris:
+        if ctx.corpus_stage is not None and pattern.startswith(ctx.corpus_stage.output_dir):
+            size += ctx.corpus_stage.params["min_bytes"] or 0
+        elif uris.is_gcs(pattern):
+            return 64, "auto: 64 for gs:// corpora (size known at run time)"
+        else:
+            size += sum(os.path.getsize(p) for p in uris.expand_local(pattern))
+    shards = max(4, -(-size // (16 << 20)))
+    return shards, f"auto: {size / 1e6:.1f} MB of text, one shard per 16 MB, at least 4"
