@@ -155,16 +155,25 @@ def build_corpus(out_dir: str, min_bytes: int = 20_000_000, name: str = "corpus.
     return meta
 
 
-def double_corpus(meta: dict, out_dir: str) -> dict:
-    """The corpus twice over (a second copy of every document), for the memory check."""
-    path = os.path.join(out_dir, "corpus_x2.txt")
-    if not os.path.exists(path) or os.path.getsize(path) != 2 * meta["bytes"] + 1:
-        with open(meta["path"], "rb") as f:
-            data = f.read()
+def repeat_corpus(meta: dict, out_dir: str, copies: int) -> dict:
+    """``copies`` copies of the corpus, for the scaling line: copy i has the documents in the
+    order of a ``random.Random(i)`` shuffle (copy 0 as they are), so no two copies are the
+    same bytes. Deterministic; rebuilt only when missing or of the wrong size. (The words are
+    the corpus's own, so the tokenizer's word cache hits as often as on one copy.)"""
+    import random
+    path = os.path.join(out_dir, f"corpus_x{copies}.txt")
+    with open(meta["path"], "rb") as f:
+        docs = f.read().rstrip(b"\n").split(b"\n\n")
+    size = copies * (sum(len(d) + 2 for d in docs) - 1) + copies - 1
+    if not os.path.exists(path) or os.path.getsize(path) != size:
         with open(path + ".tmp", "wb") as f:
-            f.write(data + b"\n" + data)
+            for i in range(copies):
+                order = list(range(len(docs)))
+                if i:
+                    random.Random(i).shuffle(order)
+                f.write((b"\n" if i else b"") + b"\n\n".join(docs[j] for j in order) + b"\n")
         os.replace(path + ".tmp", path)
-    return {"path": path, "bytes": os.path.getsize(path)}
+    return {"path": path, "bytes": os.path.getsize(path), "copies": copies}
 
 
 def build_vocab(out_dir: str, corpus_path: str, vocab_size: int = 30000,

@@ -1,6 +1,7 @@
 """Training throughput on CPU: runexp's pretraining step against keras-hub's BertMaskedLM.
 
     .venv/bin/python bench/train.py [--rounds 3] [--steps 5] [--small 4x256] [--sizes tiny,small]
+    .venv/bin/python bench/train.py --input_only [--input_runs 5]   # the input line alone
 
 Both models get the same encoder size (tiny 2x128, small 4x256 by default; heads = hidden /
 64, at least 2; intermediate = 4 x hidden), sequence length 128, batch 32, 20 masked
@@ -28,6 +29,17 @@ Prints every pairing's ratio and ends with one line: the small encoder, runexp w
 jit_compile (its fastest float32 setting on CPU) against the peer as BENCHMARKS.md defines
 it (Keras fit, no XLA):
     train: runexp <x> ex/s, keras-hub <y> ex/s, ratio <r>, MFU <m>%
+
+First, the input pipeline alone (it must never be what an accelerator waits on): the seqio
+path the pretrain stage reads, ``runtime/pretraining_data.py``: a preprocess stage directory
+holding a task's seqio cache (``INPUT_EXAMPLES`` synthetic full-length examples at sequence
+length 128 and 20 predictions, ``INPUT_SHARDS`` shards, written as the preprocess stage
+writes them; more than seqio keeps in memory, so every epoch reads the files), read with
+``get_dataset(use_cached=True, shuffle=True, num_epochs=None)``, batch 256, into numpy; the
+rate over ``INPUT_BATCHES`` batches after ``INPUT_WARMUP``, median of ``--input_runs`` fresh
+pipelines, also with dynamic masking (the train split stored unmasked and masked by the
+task's seqio preprocessor, whole words):
+    input: seqio from the cache, seq 128: <x> ex/s (dynamic masking: <y> ex/s)
 """
 
 from __future__ import annotations
@@ -103,14 +115,14 @@ class RunexpRunner:
         import tensorflow as tf
 
         from runexp.runtime.model import BertConfig, BertPretrainer
-        from runexp.runtime.optimizer import optimizer_from_params
+        from runexp.compiler.specs import OptimizerSpec
+        from runexp.runtime.optimizer import optimizer_from_spec
         from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
 
         self.tf = tf
         self.model = BertPretrainer(BertConfig.from_dict(model), xla=xla)
-        optimizer = optimizer_from_params({"optimizer": "adamw", "learning_rate": 1e-4,
-                                           "warmup_steps": 10, "weight_decay": 0.01,
-                                           "clip_norm": 1.0}, 100_000, model["hidden_size"])
+        optimizer = optimizer_from_spec(OptimizerSpec(learning_rate=1e-4, warmup_steps=10),
+                                        100_000, model["hidden_size"])
         self.work_dir = tempfile.mkdtemp(prefix="bench-train-")
         self.trainer = Trainer(tf.distribute.get_strategy(), self.model, optimizer,
                                self.work_dir, TrainLoopConfig(train_steps=100_000,
@@ -218,20 +230,92 @@ def measure(name: str, model: dict, data: dict, rounds: int, steps: int) -> dict
     return out
 
 
+INPUT_EXAMPLES, INPUT_SHARDS, INPUT_BATCH, INPUT_BATCHES, INPUT_WARMUP = 40_000, 8, 256, 200, 20
+
+
+def write_input_cache(stage_dir: str, dynamic: bool) -> None:
+    """A preprocess stage directory with task ``bench_input``'s seqio cache (train split)."""
+    from runexp.tasks import records
+
+    cache = records.task_cache_dir(stage_dir, "bench_input")
+    os.makedirs(cache, exist_ok=True)
+    rng = np.random.default_rng(1)
+    per_shard = INPUT_EXAMPLES // INPUT_SHARDS
+    for shard in range(INPUT_SHARDS):
+        batch = examples(per_shard, seed=shard)
+        batch = {k: v.astype(np.float32 if k == "masked_lm_weights" else np.int64)
+                 for k, v in batch.items()}
+        if dynamic:
+            batch["input_ids"][:, 1:SEQ // 2] = rng.integers(5, VOCAB, [per_shard, SEQ // 2 - 1])
+            batch["word_starts"] = (rng.random([per_shard, SEQ]) < 0.7).astype(np.int64)
+            for k in ("masked_lm_positions", "masked_lm_ids", "masked_lm_weights"):
+                batch[k] = np.zeros_like(batch[k])
+        with records.TFRecordWriter(records.shard_path(cache, "train", shard,
+                                                       INPUT_SHARDS)) as w:
+            w.write_batch(*records.encode_instance_batch(batch))
+    records.write_info(cache, "train", INPUT_SHARDS, SEQ, PREDICTIONS, dynamic)
+    records.write_stats(cache, "train", {"examples": per_shard * INPUT_SHARDS})
+    if dynamic:
+        records.write_masking(cache, {"max_predictions_per_seq": PREDICTIONS,
+                                      "masked_lm_prob": 0.15, "mask_token_prob": 0.8,
+                                      "random_token_prob": 0.1, "whole_word_masking": True,
+                                      "ngram_max": 1, "vocab_size": VOCAB, "mask_id": 4,
+                                      "cls_id": 2, "sep_id": 3, "random_seed": 1,
+                                      "splits": ["train"]})
+    records.write_completed(cache)
+
+
+def input_rate(stage_dir: str) -> float:
+    """Examples per second of one fresh pipeline (module docstring)."""
+    from runexp.runtime import pretraining_data
+
+    ds = pretraining_data.pretraining_dataset(stage_dir, "train", INPUT_BATCH, SEQ,
+                                              PREDICTIONS, seed=1, training=True)
+    batches = iter(ds.as_numpy_iterator())
+    for _ in range(INPUT_WARMUP):
+        next(batches)
+    t0 = time.perf_counter()
+    for _ in range(INPUT_BATCHES):
+        next(batches)
+    return INPUT_BATCHES * INPUT_BATCH / (time.perf_counter() - t0)
+
+
+def measure_input(runs: int) -> tuple[float, float]:
+    """Median examples/s of the seqio input pipeline, static and dynamically masked."""
+    rates = {}
+    with tempfile.TemporaryDirectory(prefix="bench-input-") as tmp:
+        for dynamic in (False, True):
+            stage_dir = os.path.join(tmp, "dynamic" if dynamic else "static")
+            write_input_cache(stage_dir, dynamic)
+            rates[dynamic] = [input_rate(stage_dir) for _ in range(runs)]
+            print(f"  input{' (dynamic masking)' if dynamic else ''}: "
+                  + ", ".join(f"{r:,.0f}" for r in rates[dynamic]) + " ex/s", flush=True)
+    return statistics.median(rates[False]), statistics.median(rates[True])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--input_only", action="store_true",
+                   help="measure the seqio input pipeline only")
+    p.add_argument("--input_runs", type=int, default=5, help="input pipelines measured")
     p.add_argument("--rounds", type=int, default=3, help="alternating windows per model")
     p.add_argument("--steps", type=int, default=5, help="steps per window")
     p.add_argument("--small", default="4x256", help="the small encoder, LAYERSxHIDDEN")
     p.add_argument("--sizes", default="tiny,small")
     args = p.parse_args(argv)
+    from runexp.runtime.strategy import configure_threads
+
+    configure_threads()  # the pipelines and both models share these thread pools
+    static, dynamic = measure_input(args.input_runs)
+    print(f"input: seqio from the cache, seq {SEQ}: {static:,.0f} ex/s (dynamic masking: "
+          f"{dynamic:,.0f} ex/s; median of {args.input_runs} pipelines, batch {INPUT_BATCH})",
+          flush=True)
+    if args.input_only:
+        return 0
     try:
         import keras_hub  # noqa: F401
     except ImportError:
         sys.exit("bench/train.py needs keras-hub: pip install -e '.[bench]'")
-    from runexp.runtime.strategy import configure_threads
-
-    configure_threads()  # both models share these thread pools
     import tensorflow as tf
     import keras_hub as kh
 

@@ -24,8 +24,8 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-EXIT_OK, EXIT_USER_ERROR, EXIT_PENDING, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-EXIT_PREEMPTED, EXIT_DEADLINE = 75, 124  # as runexp.runtime.relaunch defines them
+from runexp.compiler.exit_codes import EXIT_OK, EXIT_PENDING, EXIT_USER_ERROR
+
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"  # read by the executor
 CHILD_ENV = "RUNEXP_RELAUNCHED_CHILD"  # set in children of the relaunch loop
 
@@ -127,6 +127,7 @@ def _status(argv: Sequence[str]) -> int:
 
     from runexp.compiler.plan import MANIFEST_FILE, Plan
     from runexp.compiler.render import PARTICIPLES, SYMBOLS
+    from runexp.compiler.kinds import TRAINING_KINDS
     from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
 
     p = _Parser(prog="runexp status", allow_abbrev=False,
@@ -150,8 +151,8 @@ def _status(argv: Sequence[str]) -> int:
             manifest = json.loads(read(f"{stage.output_dir}/{MANIFEST_FILE}") or "{}")
             line += f" done in {manifest.get('seconds', 0):.0f} s, {manifest.get('finished', '')}"
         else:
-            step = latest_checkpoint_step(stage.output_dir) if stage.kind in (
-                "pretrain", "finetune") else None
+            step = latest_checkpoint_step(stage.output_dir) if stage.kind in \
+                TRAINING_KINDS else None
             line += " not done" + (f" (latest checkpoint: step {step} of "
                                    f"{stage.params.get('train_steps')})" if step else "")
             line += f": will be {PARTICIPLES[st.action]} ({st.reason})"
@@ -198,7 +199,7 @@ def _inspect(argv: Sequence[str]) -> int:
         return EXIT_USER_ERROR
     data_dir, vocab_dir = stage.output_dir, vocab.output_dir
     if plan.output_root.startswith("gs://"):
-        from runexp.runtime.mirror import Mirror
+        from runexp.runtime.storage.mirror import Mirror
 
         mirror = Mirror(plan)
         data_dir, vocab_dir = mirror.pull(stage), mirror.pull(vocab)

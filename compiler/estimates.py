@@ -150,7 +150,8 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
     if model.get("vocab_size") is None:
         return None  # an adopted vocab on gs:// is only counted at run time
     seq, batch = p["max_seq_length"], p["batch_size"]
-    predictions = p.get("max_predictions_per_seq") or 0
+    # A classifier predicts no masked tokens.
+    predictions = p["max_predictions_per_seq"] if stage.kind == "pretrain" else 0
     flops = train_flops_per_example(model, seq, predictions) * batch
     if stage.kind == "pretrain":
         instances, source = _instances(plan)

@@ -48,8 +48,9 @@ def stage_fingerprint(kind: str, params: dict, input_fingerprints: dict) -> str:
 
 
 def checkpoint_digest(prefix: str) -> str:
-    """A TensorFlow checkpoint's files (`<prefix>.index`, `<prefix>.data-*`) by content; one
-    on gs:// is read at run time."""
+    """A TensorFlow checkpoint's files (`<prefix>.index`, `<prefix>.data-*`) by content. One
+    on gs:// gets the constant of an unlisted input here; the plan fingerprints it by its
+    listing instead (PlanContext.checkpoint_digest, compiler/gcs_inputs.py)."""
     if prefix.startswith("gs://"):
         return "checked at run time"
     directory, name = os.path.split(prefix)

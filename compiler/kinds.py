@@ -22,6 +22,7 @@ class StageKind:
     """Attributes:
       name: the kind (also the handler's module: runtime/stages/<name>.py).
       spec: the spec class of its params.
+      configurable: the gin configurable that sets them.
       format_version: bump when the handler's output changes for the same inputs and
         params: every cached output of that kind is then rebuilt.
       trains: writes checkpoints, can resume, honours the wall-time budget.
@@ -31,6 +32,7 @@ class StageKind:
 
     name: str
     spec: type
+    configurable: str
     format_version: int = 1
     trains: bool = False
     needs_tensorflow: bool = False
@@ -38,13 +40,15 @@ class StageKind:
 
 
 KINDS: dict[str, StageKind] = {k.name: k for k in (
-    StageKind("corpus", CorpusSpec),
-    StageKind("vocab", VocabSpec),
-    StageKind("preprocess", PreprocessSpec),
-    StageKind("pretrain", TrainSpec, trains=True, needs_tensorflow=True, resumable=RESUMABLE),
-    StageKind("evaluate", EvaluateSpec, needs_tensorflow=True),
-    StageKind("finetune", FinetuneSpec, trains=True, needs_tensorflow=True),
-    StageKind("export", ExportSpec, needs_tensorflow=True),
+    StageKind("corpus", CorpusSpec, "builtin_corpus"),
+    StageKind("vocab", VocabSpec, "vocab"),
+    # 2: the records are a seqio task cache in <stage dir>/<task>/, with COMPLETED.
+    StageKind("preprocess", PreprocessSpec, "bert_pretraining_task", format_version=2),
+    StageKind("pretrain", TrainSpec, "train", trains=True, needs_tensorflow=True,
+              resumable=RESUMABLE),
+    StageKind("evaluate", EvaluateSpec, "evaluate", needs_tensorflow=True),
+    StageKind("finetune", FinetuneSpec, "finetune", trains=True, needs_tensorflow=True),
+    StageKind("export", ExportSpec, "export", needs_tensorflow=True),
 )}
 
 TRAINING_KINDS = tuple(k.name for k in KINDS.values() if k.trains)

@@ -180,7 +180,7 @@ class _Loader:
                 else:
                     location = Location(display, e.lineno or 0, e.offset or 0, e.text or "")
                 self.collector.error(f"gin syntax error: {e.args[0] if e.args else e}",
-                                     location, hint="see the gin syntax in gin/README.md")
+                                     location, hint="see the gin syntax in runexp's gin/README.md")
                 return  # the parser cannot continue past a syntax error
             except Exception as e:  # tokenize errors (unclosed brackets and the like)
                 self.collector.error(f"gin syntax error: {e}", Location(display),

@@ -46,6 +46,10 @@ class Stage:
       resume_key: for training stages, the hash of what must not change for a run to be
         continued from its checkpoints (train_steps, cadence and the like are left out).
       provenance: param name -> "file:line" that set it (the value's last setter).
+      input_objects: for each gs:// input (a glob, an object or a checkpoint prefix, as in
+        `inputs`), the objects it matched when the plan was compiled: {uri: {"size",
+        "generation", "crc32c"}}, which its fingerprint rests on; or a str saying why they
+        could not be listed (compiler/gcs_inputs.py). Left out of the JSON when empty.
     """
 
     id: str
@@ -57,10 +61,13 @@ class Stage:
     fingerprint: str = ""
     resume_key: str = ""
     provenance: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    input_objects: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
         d["deps"] = list(self.deps)
+        if not self.input_objects:  # plans without gs:// inputs read as before
+            del d["input_objects"]
         return d
 
     @classmethod

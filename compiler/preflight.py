@@ -4,7 +4,8 @@ On gs:// (through the storage layer; google-cloud-storage loads only then): the 
 bucket exists, objects can be created and deleted under the root (a probe object, deleted at
 once), the bucket's location suits the TPU's zone, the TPU's service account is granted
 access when that can be read, no binding makes the bucket public; every gs:// input outside
-the output root matches at least one object. Offline or without credentials the checks are
+the output root matches at least one object (by the listing the plan was compiled from,
+compiler/gcs_inputs.py, when it has one). Offline or without credentials the checks are
 skipped with a note, never a failure. A local root is checked without writing: the nearest
 existing directory must be writable.
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-from runexp.compiler import uris
+from runexp.compiler import globs, uris
 from runexp.compiler.plan import Plan
 
 
@@ -57,14 +58,21 @@ def _gcs_inputs(plan: Plan) -> list[str]:
     return sorted(set(found))
 
 
-def _check_inputs(storage, inputs: Iterable[str]) -> list[str]:
+def _check_inputs(storage, inputs: Iterable[str], listed: Optional[dict] = None) -> list[str]:
+    """Each input matches at least one object: from the plan's listing of it when it has one
+    (compiler/gcs_inputs.py, listed while compiling), else by asking storage."""
     findings = []
     for uri in inputs:
+        if isinstance((listed or {}).get(uri), dict):
+            findings.append(f"ok: {uri} exists" if listed[uri] else
+                            f"error: {uri} matches no object: check the path, or copy the "
+                            "data there")
+            continue
         try:
             if any(c in uri for c in "*?["):
                 ok = bool(storage.glob(uri))
             else:  # an object, or a checkpoint prefix (<prefix>.index, <prefix>.data-*)
-                ok = storage.exists(uri) or bool(storage.glob(uri + ".*"))
+                ok = storage.exists(uri) or bool(storage.glob(globs.escape(uri) + ".*"))
         except Exception as exc:  # noqa: BLE001 - permissions, network: say so, go on
             findings.append(f"WARNING: cannot list {uri} ({type(exc).__name__}); not checked")
             continue
@@ -84,7 +92,8 @@ def preflight(plan: Plan) -> list[str]:
                                  service_account=accel.get("service_account"))
     if any(f.startswith("skipped:") for f in findings[:1]):
         return findings  # offline or no credentials: the inputs cannot be checked either
-    return findings + _check_inputs(storage, _gcs_inputs(plan))
+    listed = {k: v for stage in plan.stages for k, v in (stage.input_objects or {}).items()}
+    return findings + _check_inputs(storage, _gcs_inputs(plan), listed)
 
 
 def errors(findings: Iterable[str]) -> list[str]:

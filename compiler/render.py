@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from typing import Any, Sequence
 
+from runexp.compiler import wall_time
 from runexp.compiler.estimates import estimates
+from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import RUN_TIME, Plan
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
 
@@ -51,6 +53,29 @@ def summary_line(states: dict[str, StageState]) -> str:
     return "Plan: " + (", ".join(parts) if parts else "nothing to do") + "."
 
 
+def _budget_lines(plan: Plan, stage_id: str, est) -> list[str]:
+    """With a wall-time budget: the margin kept free and the step a fresh run is expected to
+    stop at (at the estimated step time; the runtime replans from measured ones)."""
+    hours = (plan.launch or {}).get("wall_time_hours")
+    stage = plan.stage(stage_id)
+    if not hours or est.hours is None or not KINDS[stage.kind].trains:
+        return []
+    budget = hours * 3600.0
+    chosen = plan.launch.get("wall_time_margin_minutes")
+    margin = wall_time.margin_s(budget, est.parameters, chosen)
+    steps = stage.params["train_steps"]
+    last = wall_time.expected_last_step(
+        budget, margin, est.hours * 3600.0 / steps,
+        # a fine-tune checkpoints at its end only
+        stage.params["checkpoint_every"] if "checkpoint_every" in stage.params else steps,
+        wall_time.assumed_save_seconds(est.parameters), train_steps=steps)
+    how = "experiment.wall_time_margin_minutes" if chosen is not None else \
+        "auto, for the budget and the model; set experiment.wall_time_margin_minutes"
+    return [f"wall-time budget: {hours:g} h, of which {margin / 60:.1f} min kept free ({how})",
+            f"expected last step of a fresh run: {last:,} of {steps:,}"
+            + (" (a later run continues)" if last < steps else "")]
+
+
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 verbose: bool = True, preflight: Sequence[str] = ()) -> str:
     lines = [f"runexp plan for experiment {plan.experiment!r}"]
@@ -92,6 +117,11 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                              + (f"   # {where}" if where else ""))
             for name, value in sorted(stage.inputs.items()):
                 lines.append(f"    <- {name}: {_value(_short_path(value, plan.output_root))}")
+            for key, listing in sorted((stage.input_objects or {}).items()):
+                if isinstance(listing, dict):  # what a gs:// input matched when compiled
+                    size = sum(o.get("size") or 0 for o in listing.values())
+                    lines.append(f"       {key} matches {len(listing):,} object"
+                                 f"{'' if len(listing) == 1 else 's'} ({size:,} bytes)")
         lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
                      f"  (fingerprint {stage.fingerprint[:12]})")
         lines.append("")
@@ -99,6 +129,7 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
         lines.append(f"Estimates for {stage_id} (see compiler/estimates.py for how they are "
                      "made):")
         lines += [f"    {line}" for line in est.lines(plan.accelerator)]
+        lines += [f"    {line}" for line in _budget_lines(plan, stage_id, est)]
         lines.append("")
     if preflight:
         lines.append("Preflight (storage; see compiler/preflight.py):")

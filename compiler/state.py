@@ -9,6 +9,16 @@ and checkpoints. Reading these is cheap, so the dry run can say, for every stage
   rebuild  finished with another fingerprint: built again (the old output is kept aside)
   resume   training started (or finished) with the same resume key: continued from its
            latest checkpoint
+
+gs:// inputs are fingerprinted by a listing made at compile time (compiler/gcs_inputs.py);
+the executor keeps that listing in MANIFEST.json, so a rebuild's reason names each object
+that changed: "input changed: gs://b/corpus/part-1.txt (generation 2 -> 3, ...)", "input
+added: ...", "input removed: ...". A gs:// input that could not be listed (offline, no
+credentials, RUNEXP_NO_INPUT_LISTING=1) keeps the constant fingerprint of earlier versions:
+a stage built from a listing is then rebuilt, saying that whether the input changed cannot
+be told; a stage built unlisted too is reused, but its reason (and every downstream stage's)
+says that a change to that input would go unnoticed. "reuse" is never said silently for
+data that could not be checked.
 """
 
 from __future__ import annotations
@@ -33,6 +43,12 @@ class StageState:
     action: str
     reason: str
     changes: tuple = ()  # (param, old, new) for rebuilds
+    # (gs:// input, why) of the inputs this stage or one upstream could not list
+    unverified: tuple = ()
+
+
+# Objects named one by one in a rebuild's reason; the rest are counted.
+MAX_NAMED_OBJECTS = 3
 
 
 class _Files:
@@ -82,6 +98,57 @@ def _changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any
     return out
 
 
+def _why(listing: str) -> str:
+    return listing[len("not listed: "):] if listing.startswith("not listed: ") else listing
+
+
+def _object_change(uri: str, old: dict, new: dict) -> str:
+    parts = [f"{field} {old.get(field)} -> {new.get(field)}{unit}"
+             for field, unit in (("generation", ""), ("size", " bytes"), ("crc32c", ""))
+             if old.get(field) != new.get(field)]
+    return f"input changed: {uri} ({', '.join(parts)})"
+
+
+def input_changes(stage: Stage, manifest: Optional[dict]) -> list[str]:
+    """How the gs:// inputs of ``stage`` differ from the ones it was built from (the listing
+    in its MANIFEST.json), object by object; and which of them cannot be compared."""
+    before = (manifest or {}).get("input_objects") or {}
+    objects, notes = [], []
+    for key in sorted(stage.input_objects or {}):
+        now, then = stage.input_objects[key], before.get(key)
+        if isinstance(now, str):
+            notes.append(f"{key} could not be listed ({_why(now)}): whether it changed "
+                         "cannot be told")
+        elif then is None:
+            notes.append(f"{key} was not listed when the stage was built (by an earlier "
+                         "runexp, or from other inputs): its objects cannot be compared")
+        elif isinstance(then, str):
+            notes.append(f"{key} could not be listed when the stage was built "
+                         f"({_why(then)}): its objects cannot be compared")
+        else:
+            for uri in sorted(set(now) | set(then)):
+                old, new = then.get(uri), now.get(uri)
+                if old == new:
+                    continue
+                objects.append(f"input added: {uri}" if old is None else
+                               f"input removed: {uri}" if new is None else
+                               _object_change(uri, old, new))
+    if len(objects) > MAX_NAMED_OBJECTS:
+        more = len(objects) - MAX_NAMED_OBJECTS
+        objects = objects[:MAX_NAMED_OBJECTS] + [f"and {more} more changed object"
+                                                 + ("s" if more > 1 else "")]
+    return objects + notes
+
+
+def _unverified(stage: Stage, upstream: dict[str, StageState]) -> tuple:
+    own = [(k, _why(v)) for k, v in sorted((stage.input_objects or {}).items())
+           if isinstance(v, str)]
+    for dep in stage.deps:
+        if upstream.get(dep):
+            own += [u for u in upstream[dep].unverified if u not in own]
+    return tuple(own)
+
+
 def latest_checkpoint_step(stage_dir: str, files: Optional[_Files] = None) -> Optional[int]:
     """Step of the latest checkpoint, from TensorFlow's small `checkpoint` state file."""
     files = files or _Files(uris.is_gcs(stage_dir))
@@ -92,6 +159,19 @@ def latest_checkpoint_step(stage_dir: str, files: Optional[_Files] = None) -> Op
 
 def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
     """Classifies one stage; `upstream` holds the states of the stages before it."""
+    unverified = _unverified(stage, upstream)
+    state = _stage_state(stage, upstream)
+    if state.action == REUSE and unverified:
+        shown = "; ".join(f"{k} ({why})" for k, why in unverified[:MAX_NAMED_OBJECTS])
+        more = len(unverified) - MAX_NAMED_OBJECTS
+        state = dataclasses.replace(state, reason=(
+            "finished earlier with the same parameters, and inputs that look the same, but "
+            f"NOT verified: gs:// input(s) could not be listed, so a change to them would go "
+            f"unnoticed: {shown}" + (f" and {more} more" if more > 0 else "")))
+    return dataclasses.replace(state, unverified=unverified)
+
+
+def _stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
     d = stage.output_dir
     files = _Files(uris.is_gcs(d))
     manifest = files.json(uris.join(d, MANIFEST_FILE))
@@ -118,12 +198,11 @@ def stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
                                       "checkpoint")
     if completed and manifest:
         changes = _changes(manifest.get("params", {}), dict(stage.params))
-        if changes:
-            reason = "parameters changed"
-        elif changed_deps:
-            reason = "upstream changed: " + ", ".join(changed_deps)
-        else:
-            reason = "inputs changed (file contents or format version)"
+        parts = ["parameters changed"] if changes else []
+        parts += input_changes(stage, manifest)
+        if changed_deps:
+            parts.append("upstream changed: " + ", ".join(changed_deps))
+        reason = "; ".join(parts) or "inputs changed (file contents or format version)"
         return StageState(REBUILD, reason, tuple(changes))
     if files.nonempty_dir(d):
         return StageState(CREATE, "an earlier attempt did not finish; its partial output is "

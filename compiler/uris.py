@@ -6,9 +6,10 @@ the quickstart's gin files can point at text the experiment builds itself.
 
 from __future__ import annotations
 
-import glob
 import os
 import posixpath
+
+from runexp.compiler import globs
 
 BUILTIN_SCHEME = "builtin://"
 BUILTIN_CORPORA = {
@@ -46,7 +47,6 @@ def split_builtin(uri: str) -> tuple[str, str]:
 
 
 def expand_local(pattern: str) -> list[str]:
-    """Files a local glob matches, sorted; a plain existing file matches itself."""
-    if glob.has_magic(pattern):
-        return sorted(p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p))
-    return [pattern] if os.path.isfile(pattern) else []
+    """Files a local glob matches, sorted (compiler/globs.py: the one glob semantics of
+    runexp, shared with the text reader and gs:// listings)."""
+    return globs.expand_local(pattern)

@@ -99,7 +99,28 @@ def _manifest(stage: Stage, summary: dict, seconds: float) -> dict:
     return {"stage": stage.id, "kind": stage.kind, "fingerprint": stage.fingerprint,
             "resume_key": stage.resume_key, "params": dict(stage.params),
             "inputs": dict(stage.inputs), "summary": summary, "seconds": round(seconds, 2),
-            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            # the gs:// objects the stage was planned from: a later dry run names what changed
+            **({"input_objects": dict(stage.input_objects)} if stage.input_objects else {})}
+
+
+def _deadline_margin_s(plan: Plan, stage: Stage) -> float | None:
+    """Seconds a training stage keeps free before the deadline: the plan's
+    wall_time_margin_minutes, else the automatic margin of its budget and model size
+    (compiler/wall_time.py, the numbers the plan shows); None without a budget in the plan."""
+    from runexp.compiler import wall_time
+
+    launch = plan.launch or {}
+    minutes, hours = launch.get("wall_time_margin_minutes"), launch.get("wall_time_hours")
+    if minutes is None and not hours:
+        return None
+    from runexp.compiler.model_sizes import parameter_count
+
+    try:
+        parameters = parameter_count(stage.params["model"])
+    except (KeyError, TypeError):
+        parameters = None  # the size term is left out
+    return wall_time.margin_s(float(hours or 0) * 3600, parameters, minutes)
 
 
 def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
@@ -123,7 +144,9 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
     view = stage  # what the handler sees: local paths, and the run's deadline if any
     deadline = os.environ.get(DEADLINE_ENV)
     if deadline and stage.kind in ("pretrain", "finetune"):
-        view = dataclasses.replace(view, params={**view.params, "deadline_unix": float(deadline)})
+        view = dataclasses.replace(view, params={
+            **view.params, "deadline_unix": float(deadline),
+            "deadline_margin_s": _deadline_margin_s(plan, stage)})
     if mirror is None:
         ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
     else:
@@ -250,7 +273,7 @@ def _run_as_worker(plan: Plan) -> int:
          "chief builds and writes everything; this worker joins the training stages")
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.mirror import Mirror
+        from runexp.runtime.storage.mirror import Mirror
 
         mirror = Mirror(plan)
     by_id = {s.id: s for s in plan.stages}
@@ -296,7 +319,7 @@ def run_plan(plan: Plan) -> int:
         return _run_as_worker(plan)
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.mirror import Mirror
+        from runexp.runtime.storage.mirror import Mirror
 
         mirror = Mirror(plan)
     else:

@@ -17,48 +17,15 @@ one 2-D matmul; the query/key/value kernels are concatenated into one matmul per
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
-from typing import Any, Mapping
+from typing import Mapping
 
 import tensorflow as tf
 
+from runexp.runtime.bert_config import HIDDEN_ACTS, BertConfig
+
 _LAYER_NORM_EPSILON = 1e-12  # what google-research/bert's layer_norm uses
-
-
-@dataclasses.dataclass(frozen=True)
-class BertConfig:
-    """The fields of Google's ``bert_config.json``."""
-
-    vocab_size: int
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "BertConfig":
-        """Builds a config from a ``bert_config.json`` dict; unknown keys are ignored."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        config = cls(**{k: v for k, v in d.items() if k in names})
-        if config.hidden_size % config.num_attention_heads:
-            raise ValueError(
-                f"BertConfig.hidden_size ({config.hidden_size}) must be a multiple of "
-                f"num_attention_heads ({config.num_attention_heads})")
-        if config.hidden_act not in _ACTIVATIONS:
-            raise ValueError(f"BertConfig.hidden_act must be one of {sorted(_ACTIVATIONS)}; "
-                             f"got {config.hidden_act!r}")
-        return config
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
 
 def _gelu(x):
@@ -74,6 +41,7 @@ _ACTIVATIONS = {
     "tanh": tf.tanh,
     "linear": tf.identity,
 }
+assert set(_ACTIVATIONS) == set(HIDDEN_ACTS), "bert_config.HIDDEN_ACTS is this table's keys"
 
 
 # compute_dtype param -> the dtype matmuls run in (variables, LayerNorm, softmax and losses

@@ -18,8 +18,8 @@ warmed up linearly to its peak, then decayed linearly or polynomially to
 ``end_learning_rate`` at ``train_steps`` (``WarmupDecay``).
 
 Usage:
-    schedule = WarmupDecay(peak=1e-4, warmup_steps=100, train_steps=1000)
-    opt = make_optimizer("lamb", schedule, weight_decay=0.01, clip_norm=1.0)
+    opt = optimizer_from_spec(TrainSpec.from_stage(stage).optimization, train_steps=1000,
+                              hidden_size=768)
     opt.build(model.google_variables())     # slots exist before any tf.function runs
     opt.apply(grads, variables)             # in a train step; returns the learning rate
 
@@ -38,11 +38,14 @@ from typing import Mapping, Sequence
 
 import tensorflow as tf
 
+from runexp.compiler.specs import OptimizerSpec
+
+OPTIMIZERS = OptimizerSpec.choices("optimizer")
+DECAYS = OptimizerSpec.choices("decay")
+
 # google-research/bert: exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"].
 _NO_DECAY = re.compile(r"(LayerNorm|layer_norm|bias)")
 
-OPTIMIZERS = ("adamw", "lamb", "amos")
-DECAYS = ("linear", "polynomial")
 _ONLY_FIRST = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
 
@@ -173,8 +176,11 @@ class Optimizer(tf.Module):
         return lr
 
 
-class AdamW(Optimizer):
-    """BERT's AdamWeightDecay with global-norm clipping; see the module docstring."""
+class AdamMoments(Optimizer):
+    """Adam's first and second moments per variable (slots ``<name>/<prefix>_m`` and
+    ``_v``), with weight decay, betas and epsilon: what AdamW and LAMB share."""
+
+    slot_prefix = ""  # "adam" or "lamb": the slot names Google's checkpoints use
 
     def __init__(self, schedule, weight_decay: float = 0.01, beta_1: float = 0.9,
                  beta_2: float = 0.999, epsilon: float = 1e-6,
@@ -184,27 +190,47 @@ class AdamW(Optimizer):
         self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
         self.m: list[tf.Variable] = []
         self.v: list[tf.Variable] = []
-        self._decay_flags: list[bool] = []
 
     def _create_slots(self, name, var):
-        self.m.append(self._slot(name, "adam_m", var.shape))
-        self.v.append(self._slot(name, "adam_v", var.shape))
-        self._decay_flags.append(decays(name) and self.weight_decay > 0)
+        self.m.append(self._slot(name, f"{self.slot_prefix}_m", var.shape))
+        self.v.append(self._slot(name, f"{self.slot_prefix}_v", var.shape))
 
-    def _update(self, i, g, var, lr):
+    def _moments(self, i, g):
+        """The moments of variable ``i`` after gradient ``g`` (not assigned yet)."""
         b1, b2 = self.beta_1, self.beta_2
         m, v = self.m[i], self.v[i]
         new_m = b1 * m + (1.0 - b1) * g
         new_v = b2 * v + (1.0 - b2) * tf.square(g)
+        return new_m, new_v
+
+    def _assign(self, i, new_m, new_v, var, new_var) -> None:
+        self._set(self.m[i], new_m)
+        self._set(self.v[i], new_v)
+        self._set(var, new_var)
+
+
+class AdamW(AdamMoments):
+    """BERT's AdamWeightDecay with global-norm clipping; see the module docstring."""
+
+    slot_prefix = "adam"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._decay_flags: list[bool] = []
+
+    def _create_slots(self, name, var):
+        super()._create_slots(name, var)
+        self._decay_flags.append(decays(name) and self.weight_decay > 0)
+
+    def _update(self, i, g, var, lr):
+        new_m, new_v = self._moments(i, g)
         update = new_m / (tf.sqrt(new_v) + self.epsilon)
         if self._decay_flags[i]:
             update += self.weight_decay * var
-        self._set(m, new_m)
-        self._set(v, new_v)
-        self._set(var, var - lr * update)
+        self._assign(i, new_m, new_v, var, var - lr * update)
 
 
-class Lamb(Optimizer):
+class Lamb(AdamMoments):
     """LAMB (You et al. 2019, Algorithm 2) as BERT-LAMB implementations run it.
 
     Per variable w with gradient g at step t (from 1)::
@@ -217,27 +243,20 @@ class Lamb(Optimizer):
     LayerNorm parameters and biases get no weight decay and ratio 1.
     """
 
-    def __init__(self, schedule, weight_decay: float = 0.01, beta_1: float = 0.9,
-                 beta_2: float = 0.999, epsilon: float = 1e-6,
-                 clip_norm: float | None = 1.0):
-        super().__init__(schedule, clip_norm)
-        self.weight_decay = float(weight_decay or 0.0)
-        self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-        self.m: list[tf.Variable] = []
-        self.v: list[tf.Variable] = []
+    slot_prefix = "lamb"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
         self._adapt: list[bool] = []
 
     def _create_slots(self, name, var):
-        self.m.append(self._slot(name, "lamb_m", var.shape))
-        self.v.append(self._slot(name, "lamb_v", var.shape))
+        super()._create_slots(name, var)
         self._adapt.append(decays(name))
 
     def _update(self, i, g, var, lr):
         b1, b2 = self.beta_1, self.beta_2
         t = tf.cast(self.iterations + 1, tf.float32)
-        m, v = self.m[i], self.v[i]
-        new_m = b1 * m + (1.0 - b1) * g
-        new_v = b2 * v + (1.0 - b2) * tf.square(g)
+        new_m, new_v = self._moments(i, g)
         m_hat = new_m / (1.0 - tf.pow(b1, t))
         v_hat = new_v / (1.0 - tf.pow(b2, t))
         update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
@@ -249,9 +268,7 @@ class Lamb(Optimizer):
             ratio = tf.where((w_norm > 0) & (u_norm > 0), w_norm / tf.maximum(u_norm, 1e-30),
                              1.0)
             update *= ratio
-        self._set(m, new_m)
-        self._set(v, new_v)
-        self._set(var, var - lr * update)
+        self._assign(i, new_m, new_v, var, var - lr * update)
 
 
 def amos_eta(name: str, shape, hidden_size: int) -> float:
@@ -347,9 +364,9 @@ class Amos(Optimizer):
         self._set(var, var + update)
 
 
-def make_optimizer(name: str, schedule, weight_decay: float = 0.01,
-                   clip_norm: float | None = 1.0, hidden_size: int | None = None):
-    """The optimizer a stage's ``optimizer`` param names ("adamw", "lamb" or "amos")."""
+def make_optimizer(name: str, schedule, *, weight_decay: float, clip_norm: float | None,
+                   hidden_size: int | None = None):
+    """The optimizer ``name`` names ("adamw", "lamb" or "amos")."""
     name = (name or "adamw").lower()
     if name == "adamw":
         return AdamW(schedule, weight_decay=weight_decay, clip_norm=clip_norm)
@@ -362,22 +379,17 @@ def make_optimizer(name: str, schedule, weight_decay: float = 0.01,
     raise ValueError(f"optimizer must be one of {OPTIMIZERS}; got {name!r}")
 
 
-def schedule_from_params(p: Mapping, train_steps: int) -> WarmupDecay:
-    """The learning-rate schedule of a training stage's params (``learning_rate``,
-    ``warmup_steps``, ``decay``, ``decay_power``, ``end_learning_rate``)."""
-    return WarmupDecay(p["learning_rate"], p.get("warmup_steps") or 0, train_steps,
-                       decay=p.get("decay") or "linear",
-                       decay_power=float(p.get("decay_power", 1.0) or 1.0),
-                       end_learning_rate=float(p.get("end_learning_rate") or 0.0))
+def schedule_from_spec(spec: OptimizerSpec, train_steps: int) -> WarmupDecay:
+    """The learning-rate schedule of an OptimizerSpec."""
+    return WarmupDecay(spec.learning_rate, spec.warmup_steps, train_steps, decay=spec.decay,
+                       decay_power=float(spec.decay_power),
+                       end_learning_rate=float(spec.end_learning_rate))
 
 
-def optimizer_from_params(p: Mapping, train_steps: int, hidden_size: int):
-    """The optimizer of a training stage's params (``optimizer``, ``weight_decay``,
-    ``clip_norm`` and the schedule's)."""
-    clip, decay = p.get("clip_norm"), p.get("weight_decay")
-    return make_optimizer(p.get("optimizer") or "adamw", schedule_from_params(p, train_steps),
-                          weight_decay=0.01 if decay is None else float(decay),
-                          clip_norm=1.0 if clip is None else float(clip),
+def optimizer_from_spec(spec: OptimizerSpec, train_steps: int, hidden_size: int):
+    """The optimizer of an OptimizerSpec (TrainSpec.optimization, FinetuneSpec.optimization())."""
+    return make_optimizer(spec.optimizer, schedule_from_spec(spec, train_steps),
+                          weight_decay=float(spec.weight_decay), clip_norm=float(spec.clip_norm),
                           hidden_size=hidden_size)
 
 

@@ -11,9 +11,11 @@ host loop). The trainer then writes a checkpoint at the step reached and raises
 ``runexp.runtime.relaunch.run_with_relaunch`` starts the command again, which resumes from
 that checkpoint.
 
-A deadline (``deadline_unix``, an absolute time.time()) stops the same way, before the
-deadline with room for the checkpoint, and raises ``DeadlineReached`` (a ``Preempted``)
-with its own exit code, which is not relaunched: the budget is spent.
+A deadline (``deadline_unix``, an absolute time.time()) stops the same way, early enough
+for the last checkpoint to be complete before it (runtime/stop_planner.py plans the stop
+from the run's measured step and checkpoint times and a margin), and raises
+``DeadlineReached`` (a ``Preempted``) with its own exit code, which is not relaunched: the
+budget is spent. It says how many seconds were left when that checkpoint was complete.
 
 Usage:
     with PreemptionWatcher() as watcher:       # in the main thread
@@ -23,7 +25,6 @@ Usage:
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import threading
@@ -61,12 +62,27 @@ class Preempted(Exception):
 
 
 class DeadlineReached(Preempted):
-    """Training stopped at the wall-time budget (``deadline_unix``) after a checkpoint."""
+    """Training stopped at the wall-time budget (``deadline_unix``) after a checkpoint.
+
+    Attributes (beyond Preempted's):
+      seconds_left: seconds between the moment the last checkpoint was complete (written,
+        and uploaded on gs://) and the deadline; negative if it was complete only after it;
+        None if not measured.
+    """
 
     exit_code = EXIT_DEADLINE
 
-    def __init__(self, step: int, checkpoint: str | None):
+    def __init__(self, step: int, checkpoint: str | None, seconds_left: float | None = None):
+        self.seconds_left = seconds_left
         super().__init__(step, checkpoint, reason="the wall-time budget (deadline_unix)")
+
+    def _message(self) -> str:
+        message = super()._message()
+        if self.seconds_left is None:
+            return message
+        side = "before" if self.seconds_left >= 0 else "AFTER"
+        return (f"{message} (the checkpoint was complete {abs(self.seconds_left):.1f} s "
+                f"{side} the deadline)")
 
 
 class PreemptionWatcher:
@@ -143,8 +159,3 @@ class PreemptionWatcher:
         self._thread.join(timeout=5)
         read.close()
         self._pipe = None
-
-
-def send_self_sigterm() -> None:
-    """Sends SIGTERM to this process (tests, and a manual "stop now, keep the work")."""
-    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,22 +1,25 @@
-"""tf.data reader of the preprocess stage's TFRecords (google-research/bert's features).
+"""Pretraining batches through seqio: the tasks the preprocess stage cached, read with
+``get_dataset(..., use_cached=True, shard_info=...)``.
 
-The pipeline is deterministic for a seed: files in sorted order, a seeded shuffle buffer,
-repeat, batch with drop_remainder. A resumed run skips the batches already consumed and
-so sees exactly the stream an uninterrupted run would have seen (distributed iterators
-cannot be checkpointed, the count of batches can).
+Each data dir is a preprocess stage directory (a seqio cache root holding one task's cache,
+tasks/records.py); its task is registered from the cache (tasks/seqio_tasks.py) and read by
+seqio. Nothing here opens a record file.
 
-Two extensions keep that guarantee:
+The stream is deterministic for a seed: training reads seqio's stream of the task (files
+shuffled with the seed, repeated, dynamically masked when the train split is stored unmasked,
+then shuffled with the seed) and batches it with drop_remainder. A resumed run skips the
+batches already consumed and so sees exactly the stream an uninterrupted run would have seen
+(distributed iterators cannot be checkpointed, the count of batches can).
 
-- Dynamic masking: a split the preprocess stage left unmasked (``masking.json``, see
-  tasks/records.py) is masked batch by batch (tasks/dynamic_masking.py). Each example's
-  mask is drawn from ``[key, position]``: ``key`` from the seed, the task's random_seed
-  and its member index, ``position`` its index in the member's (shuffled, repeated)
-  stream, numbered before batching and skipping. So a skip to batch N gives the masks an
-  uninterrupted run gave there, and each epoch gives an example a new mask.
-- Mixtures: several data dirs with rates; each member stream is shuffled and repeated on
-  its own, then ``sample_from_datasets`` picks members with a fixed seed, before batching
-  and skipping. Members are taken in the order given (the pretrain stage sorts them by
-  task name, so the stream never depends on how a gin file listed them).
+- Dynamic masking is the task's seqio preprocessor (tasks/seqio_tasks.py): an example's mask
+  comes from ``[key, position]``, its position in the task's stream, so a skip to batch N
+  gives the masks an uninterrupted run gave there, and each epoch gives an example a new mask.
+- Mixtures: several data dirs with rates are a ``seqio.Mixture`` (members in the order given:
+  the pretrain stage sorts them by task name, so the stream never depends on how a gin file
+  listed them); seqio samples the members' streams by rate with the seed.
+- Hosts: ``shard_info`` (``seqio.ShardInfo(index, num_shards)``) reads one input host's share
+  (seqio shards the cached files, or the examples when there are fewer files than hosts);
+  host ``i > 0`` seeds its stream with ``seed + 7919 i`` so hosts never draw alike.
 
 Usage:
     ds = pretraining_dataset(data_dir, "train", batch_size=32, max_seq_length=128,
@@ -26,134 +29,107 @@ Usage:
 
 from __future__ import annotations
 
-import glob
-import hashlib
-import os
+import json
 from typing import Optional, Sequence
 
+import seqio
 import tensorflow as tf
 
-from runexp.tasks import records
-from runexp.tasks.dynamic_masking import DynamicMasking, mask_batch
-
-# Masking parameters that must agree between the members of a dynamically masked mixture
-# (one batch is masked at once).
-_SHARED_MASKING = ("masked_lm_prob", "max_predictions_per_seq", "mask_token_prob",
-                   "random_token_prob", "whole_word_masking", "vocab_size", "mask_id",
-                   "cls_id", "sep_id")
+from runexp.tasks import records, seqio_tasks
 
 
-def feature_spec(max_seq_length: int, max_predictions_per_seq: int,
-                 word_starts: bool = False) -> dict:
-    """google-research/bert's ``run_pretraining.py`` feature spec, from the one definition of
-    the record layout (tasks/records.py); ``word_starts`` for a dynamically masked split."""
-    return {name: tf.io.FixedLenFeature(shape, getattr(tf, dtype)) for name, (shape, dtype)
-            in records.feature_spec(max_seq_length, max_predictions_per_seq,
-                                    word_starts).items()}
+def register_data(data_dirs: Sequence[str]) -> list[str]:
+    """Registers the task each preprocess stage directory caches; their names, in order."""
+    names = [seqio_tasks.register_cached_pretraining_task(d) for d in data_dirs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the data dirs {list(data_dirs)} cache tasks {names}: a mixture's "
+                         "members need different names")
+    return names
 
 
-def split_files(data_dir: str, split: str) -> list[str]:
-    """``<data_dir>/<split>.tfrecord-*``, sorted; a clear error when there are none."""
-    files = sorted(glob.glob(os.path.join(data_dir, f"{split}.tfrecord-*")))
-    if not files:
-        raise FileNotFoundError(f"no {split}.tfrecord-* files in {data_dir}: run the "
-                                "preprocess stage first")
-    return files
+def has_split(data_dir: str, split: str) -> bool:
+    """Whether the task a preprocess stage directory caches has ``split``."""
+    return records.has_split(records.task_cache_of(data_dir)[1], split)
 
 
-def _parse_batch(serialized, spec):
-    parsed = tf.io.parse_example(serialized, spec)
-    # int64 is what tf.train.Example stores; int32 is what the model (and TPUs) want.
-    return {k: tf.cast(v, tf.int32) if v.dtype == tf.int64 else v for k, v in parsed.items()}
-
-
-def mask_key(seed: int, random_seed: int, member: int) -> int:
-    """The first half of every mask seed of a member's stream (stable across platforms)."""
-    digest = hashlib.sha256(f"{seed}:{random_seed}:{member}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1  # a non-negative int64
-
-
-def dynamic_masking_of(data_dirs: Sequence[str], split: str) -> Optional[dict]:
-    """The masking spec of ``split`` when its records are masked at training time (the same
-    for every member), None when they carry static masks."""
-    specs = [records.read_masking(d, split) for d in data_dirs]
-    if all(s is None for s in specs):
-        return None
-    if any(s is None for s in specs):
-        raise ValueError(f"the {split} split is masked at training time in some of "
-                         f"{list(data_dirs)} but not all")
-    for d, s in zip(data_dirs[1:], specs[1:]):
-        differ = [k for k in _SHARED_MASKING if s.get(k) != specs[0].get(k)]
-        if differ:
-            raise ValueError(f"{d} is masked at training time with other parameters "
-                             f"({', '.join(differ)}) than {data_dirs[0]}")
-    return specs[0]
-
-
-def _member(data_dir: str, split: str, index: int, seed: int, training: bool,
-            shuffle_buffer: int, max_examples: Optional[int],
-            masking: Optional[dict]) -> tf.data.Dataset:
-    """One member's records ({"record"} and, when masked dynamically, {"mask_seed"})."""
-    ds = tf.data.TFRecordDataset(split_files(data_dir, split))  # one reader: deterministic
-    if max_examples is not None:
-        ds = ds.take(max_examples)
-    if training:
-        # Member 0 keeps the plain seed: a single task's stream is what it always was.
-        ds = ds.shuffle(shuffle_buffer, seed=seed + 7919 * index,
-                        reshuffle_each_iteration=True).repeat()
-    if masking is None:
-        return ds.map(lambda r: {"record": r})
-    key = tf.constant(mask_key(seed, int(masking.get("random_seed", 0)), index), tf.int64)
-    return ds.enumerate().map(lambda i, r: {"record": r, "mask_seed": tf.stack([key, i])})
+def host_seed(seed: int, shard_info: Optional[seqio.ShardInfo]) -> int:
+    """The seed of one input host's stream (module docstring)."""
+    return seed + 7919 * (shard_info.index if shard_info else 0)
 
 
 def pretraining_dataset(data_dir: str | Sequence[str], split: str, batch_size: int,
                         max_seq_length: int, max_predictions_per_seq: int, seed: int = 0,
                         training: bool = True, skip_batches: int = 0,
                         shuffle_buffer: int = 10_000, max_examples: int | None = None,
-                        rates: Optional[Sequence[float]] = None) -> tf.data.Dataset:
+                        rates: Optional[Sequence[float]] = None,
+                        shard_info: Optional[seqio.ShardInfo] = None,
+                        mixture: Optional[str] = None) -> tf.data.Dataset:
     """Batches of int32 features (``next_sentence_labels`` [batch, 1]), masked.
 
     Args:
-      data_dir: the preprocess stage's directory, or a list of them (a mixture).
+      data_dir: a preprocess stage directory, or a list of them (a mixture).
       split: "train" or "validation".
-      batch_size: global batch size; the last partial batch is dropped when training.
-      training: shuffle (seeded) and repeat forever; otherwise one ordered pass (the
-        members of a list one after the other).
+      batch_size: examples per batch (this host's); the last partial batch is dropped when
+        training.
+      max_seq_length, max_predictions_per_seq: the shapes expected (checked against the
+        cache).
+      seed: the stream's seed (shuffling, mixture sampling, dynamic masks).
+      training: shuffle (seeded) and repeat forever; otherwise one ordered pass (the members
+        of a list one after the other).
       skip_batches: batches to skip from the start of the stream (resume).
+      shuffle_buffer: examples in the shuffle buffer (one task).
       max_examples: read at most this many examples (of each member).
       rates: sampling rates of the members when training on several (default: equal).
+      shard_info: this input host's share (None: everything).
+      mixture: the name to register a mixture under (default: made from its tasks' names).
     """
     dirs = [data_dir] if isinstance(data_dir, str) else list(data_dir)
     if rates is not None and len(rates) != len(dirs):
         raise ValueError(f"{len(rates)} rates for {len(dirs)} data dirs")
-    masking = dynamic_masking_of(dirs, split)
-    members = [_member(d, split, i, seed, training, shuffle_buffer, max_examples, masking)
-               for i, d in enumerate(dirs)]
-    if len(members) == 1:
-        ds = members[0]
-    elif training:
-        weights = [float(r) for r in (rates or [1.0] * len(dirs))]
-        total = sum(weights)
-        ds = tf.data.Dataset.sample_from_datasets(
-            members, weights=[w / total for w in weights], seed=seed,
-            stop_on_empty_dataset=False)
+    if training and max_examples is not None:
+        raise ValueError("max_examples is for an ordered pass (training=False)")
+    for d in dirs:
+        _check_shapes(d, split, max_seq_length, max_predictions_per_seq)
+    names = register_data(dirs)
+    seed = host_seed(seed, shard_info)
+    common = dict(sequence_length=None, split=split, use_cached=True, seed=seed,
+                  shard_info=shard_info)
+    if training:
+        if len(names) == 1:
+            ds = seqio.get_mixture_or_task(names[0]).get_dataset(
+                shuffle=True, shuffle_buffer_size=shuffle_buffer, num_epochs=None, **common)
+        else:
+            weights = [float(r) for r in (rates or [1.0] * len(names))]
+            weights = [w / sum(weights) for w in weights]
+            name = mixture or "+".join(names)
+            # seqio samples members in its own (task name) order: rates go with their task.
+            seqio_tasks.register_pretraining_mixture(name, dict(zip(names, weights)))
+            ds = seqio.get_mixture_or_task(name).get_dataset(
+                shuffle=True, num_epochs=None, log_mixing_proportions=False, **common)
     else:
-        ds = members[0]
-        for m in members[1:]:
-            ds = ds.concatenate(m)
+        ds = None
+        for name in names:
+            member = seqio.get_mixture_or_task(name).get_dataset(
+                shuffle=False, num_epochs=1, **common)
+            if max_examples is not None:
+                member = member.take(max_examples)
+            ds = member if ds is None else ds.concatenate(member)
     ds = ds.batch(batch_size, drop_remainder=training)
     if skip_batches:
-        # Skipping before parsing and masking costs reading the records only.
         ds = ds.skip(skip_batches)
-    spec = feature_spec(max_seq_length, max_predictions_per_seq, masking is not None)
-    config = DynamicMasking.from_dict(masking) if masking is not None else None
-
-    def finish(batch):
-        features = _parse_batch(batch["record"], spec)
-        if config is not None:
-            features = mask_batch(features, batch["mask_seed"], config)
-        return features
-
-    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _check_shapes(data_dir: str, split: str, max_seq_length: int,
+                  max_predictions_per_seq: int) -> None:
+    """A clear error when a stage directory's cache lacks ``split`` or has other shapes."""
+    _, cache_dir = records.task_cache_of(data_dir)
+    if not records.has_split(cache_dir, split):
+        raise FileNotFoundError(f"no {split} split in {cache_dir}: run the preprocess stage "
+                                "with its files")
+    with open(records.info_path(cache_dir, split), encoding="utf-8") as f:
+        features = json.load(f)["features"]
+    have = (features["input_ids"]["shape"][0], features["masked_lm_ids"]["shape"][0])
+    if have != (max_seq_length, max_predictions_per_seq):
+        raise ValueError(f"{cache_dir} holds examples of {have[0]} tokens with {have[1]} "
+                         f"predictions, not {max_seq_length} and {max_predictions_per_seq}")

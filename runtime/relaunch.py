@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import Callable, Sequence
+from typing import Callable
 
 # The same numbers as runexp.runtime.preemption (which imports TensorFlow; this module
 # must not).
@@ -97,17 +97,3 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def main(args: Sequence[str] | None = None) -> int:
-    """``python -m runexp.runtime.relaunch MAX_ATTEMPTS BACKOFF_S -- COMMAND...``"""
-    args = list(sys.argv[1:] if args is None else args)
-    if len(args) < 4 or args[2] != "--":
-        print("usage: python -m runexp.runtime.relaunch MAX_ATTEMPTS BACKOFF_S -- COMMAND...",
-              file=sys.stderr)
-        return 2
-    return run_with_relaunch(args[3:], int(args[0]), float(args[1]))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

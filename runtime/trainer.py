@@ -24,8 +24,12 @@ of a part of a batch whose totals are ``denominators``), and
   and, for float16, the loss scale;
 - resumes from the latest checkpoint in ``work_dir``: the step continues and the data
   stream skips the batches already consumed;
-- on SIGTERM (checked before every step) or at ``deadline``, saves a checkpoint at the step
-  reached and raises ``preemption.Preempted`` / ``preemption.DeadlineReached``;
+- on SIGTERM (checked before every step), saves a checkpoint at the step reached and raises
+  ``preemption.Preempted``;
+- with a ``deadline``, sizes each call so that the last checkpoint is complete before it
+  (runtime/stop_planner.py: measured step and checkpoint times and a margin), then saves and
+  raises ``preemption.DeadlineReached``, logging the seconds that were left
+  (``deadline_seconds_left``, also in the summary of a run that finished in time);
 - stops on a NaN/Inf loss, naming the last good checkpoint, before saving anything bad.
 
 Usage:
@@ -37,37 +41,26 @@ Usage:
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
 from typing import Callable, Mapping
 
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
 
+from runexp.compiler import wall_time
+from runexp.compiler.specs import TrainSpec
 from runexp.runtime.checkpoints import CHECKPOINT_SUBDIR, checkpoint_step
 from runexp.runtime import cluster
+from runexp.runtime.distributed import (broadcast_from_first_replica, distribute,  # noqa: F401
+                                        eval_step, evaluate_totals, reduce_per_replica)
 from runexp.runtime.optimizer import DynamicLossScale
 from runexp.runtime.preemption import DeadlineReached, Preempted, PreemptionWatcher
-
-TRAIN_LOG = "train_log.jsonl"
-EVAL_LOG = "eval_log.jsonl"
-# Before the first checkpoint is timed, saving and uploading one is assumed to take 1 s plus
-# its bytes (weights and up to two slots, float32) at this rate.
-_ASSUMED_SAVE_BYTES_PER_SECOND = 50e6
-TENSORBOARD_SUBDIR = "tensorboard"
-
-# What tensorboard's own scalar summary writes; tf.summary.scalar needs the tensorboard
-# package installed, tf.summary.write with this metadata does not.
-_SCALAR_METADATA = summary_pb2.SummaryMetadata(
-    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"))
-
-
-def write_scalar(name: str, value: float, step: int) -> None:
-    """One TensorBoard scalar into the default summary writer."""
-    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
-                     metadata=_SCALAR_METADATA)
+from runexp.runtime.stop_planner import StopPlanner
+from runexp.runtime.train_log import (EVAL_LOG, TENSORBOARD_SUBDIR, TRAIN_LOG,  # noqa: F401
+                                      RunLog, classification_metrics, format_eta,
+                                      last_metrics, pretraining_metrics, trim_logs,
+                                      write_scalar)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,109 +84,24 @@ class TrainLoopConfig:
       eval_every: steps between held-out evaluations (0 = never; needs an eval dataset).
       deadline: absolute time.time() by which training stops with a checkpoint
         (``DeadlineReached``), or None.
+      deadline_margin: seconds kept free before the deadline beyond the measured step and
+        checkpoint times; None: ``compiler.wall_time.default_margin_s`` of the time left
+        when training starts and the model's size.
     """
 
     train_steps: int
     batch_size: int
-    steps_per_loop: int = 100
-    log_every: int = 100
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3
-    jit_compile: bool = False
-    grad_accum_steps: int = 1
-    compute_dtype: str = "float32"
-    eval_every: int = 0
+    jit_compile: bool  # resolved by the plan (TrainSpec.jit_compile None means auto)
+    # Defaults are the spec's (one declaration: compiler/specs/train.py).
+    steps_per_loop: int = TrainSpec.steps_per_loop
+    log_every: int = TrainSpec.log_every
+    checkpoint_every: int = TrainSpec.checkpoint_every
+    keep_checkpoints: int = TrainSpec.keep_checkpoints
+    grad_accum_steps: int = TrainSpec.grad_accum_steps
+    compute_dtype: str = TrainSpec.compute_dtype
+    eval_every: int = TrainSpec.eval_every
     deadline: float | None = None
-
-
-def pretraining_metrics(totals: Mapping[str, float]) -> dict:
-    """Metrics of ``BertPretrainer.loss`` stats summed over a window."""
-    mlm_loss = totals["mlm_loss_sum"] / max(totals["mlm_weight"], 1e-5)
-    nsp_loss = totals["nsp_loss_sum"] / max(totals["examples"], 1.0)
-    return {
-        "loss": mlm_loss + nsp_loss,
-        "mlm_loss": mlm_loss,
-        "mlm_accuracy": totals["mlm_correct"] / max(totals["mlm_weight"], 1e-5),
-        "nsp_loss": nsp_loss,
-        "nsp_accuracy": totals["nsp_correct"] / max(totals["examples"], 1.0),
-    }
-
-
-def classification_metrics(totals: Mapping[str, float]) -> dict:
-    """Metrics of ``BertClassifier.loss`` stats summed over a window."""
-    n = max(totals["examples"], 1.0)
-    return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
-
-
-def _format_eta(seconds: float) -> str:
-    if not math.isfinite(seconds):
-        return "?"
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
-
-
-def distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
-    """The dataset as the strategy's replicas read it (unchanged for one replica)."""
-    if strategy.num_replicas_in_sync == 1:
-        return dataset
-    if cluster.is_multi_worker():
-        # Each worker reads the whole stream and keeps its share of every global batch: the
-        # same examples per step, in the same order, as on one machine (and as a resumed run
-        # skips to), whatever the number of files.
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = \
-            tf.data.experimental.AutoShardPolicy.DATA
-        dataset = dataset.with_options(options)
-    return strategy.experimental_distribute_dataset(dataset)
-
-
-def broadcast_from_first_replica(strategy: tf.distribute.Strategy, variables) -> None:
-    """Sets every replica's copy of ``variables`` to replica 0's (the chief's): after a restore
-    that only the chief could make, every worker continues from the same state."""
-    if strategy.num_replicas_in_sync == 1:
-        return
-
-    def replica_fn():
-        ctx = tf.distribute.get_replica_context()
-        first = tf.equal(ctx.replica_id_in_sync_group, 0)
-        out = [None] * len(variables)
-        # One all-reduce per dtype (they are packed together); integer state (steps, data
-        # position, RNG state) is summed as integers: exact.
-        for dtype in {v.dtype for v in variables}:
-            idx = [i for i, v in enumerate(variables) if v.dtype == dtype]
-            summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                    [variables[i] * tf.cast(first, dtype) for i in idx])
-            for i, value in zip(idx, summed):
-                out[i] = value
-        return out
-
-    summed = strategy.run(tf.function(replica_fn))
-    for var, value in zip(variables, summed):
-        var.assign(strategy.experimental_local_results(value)[0])
-
-
-def _reduce(strategy, per_replica: Mapping, op=tf.distribute.ReduceOp.SUM) -> dict:
-    if strategy.num_replicas_in_sync == 1:
-        return dict(per_replica)
-    return {k: strategy.reduce(op, v, axis=None) for k, v in per_replica.items()}
-
-
-def _sum_stats(strategy, per_replica: Mapping) -> dict:
-    return _reduce(strategy, per_replica, tf.distribute.ReduceOp.SUM)
-
-
-def _read_jsonl(path: str) -> list[dict]:
-    """The complete records of a jsonl log (a line cut short by a kill is dropped)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
+    deadline_margin: float | None = None
 
 
 class Trainer:
@@ -347,8 +255,8 @@ class Trainer:
 
         def one_step(iterator):
             stats, extras = strategy.run(step_fn, args=(next(iterator),))
-            return (_reduce(strategy, stats, tf.distribute.ReduceOp.SUM),
-                    _reduce(strategy, extras, tf.distribute.ReduceOp.MEAN))
+            return (reduce_per_replica(strategy, stats, tf.distribute.ReduceOp.SUM),
+                    reduce_per_replica(strategy, extras, tf.distribute.ReduceOp.MEAN))
 
         extra_keys = ["grad_norm"] + (["loss_scale", "skipped_steps"] if loss_scale else [])
 
@@ -378,28 +286,8 @@ class Trainer:
 
     def _evaluate(self) -> dict:
         if self._eval_step is None:
-            strategy, model = self.strategy, self.model
-
-            @tf.function(reduce_retracing=True)
-            def step(features):
-                return _sum_stats(strategy, strategy.run(
-                    lambda f: model.loss_stats(f, training=False), args=(features,)))
-
-            self._eval_step = step
-        totals: dict = {}
-        for features in distribute(self.strategy, self.eval_dataset()):
-            for k, v in self._eval_step(features).items():
-                totals[k] = totals.get(k, 0.0) + float(v)
-        return totals
-
-    def _trim_logs(self, step: int) -> None:
-        # A run killed between a log line and its checkpoint logged steps it will redo.
-        for name in (TRAIN_LOG, EVAL_LOG):
-            path = os.path.join(self.work_dir, name)
-            if os.path.exists(path):
-                kept = [r for r in _read_jsonl(path) if r.get("step", 0) <= step]
-                with open(path, "w") as f:
-                    f.writelines(json.dumps(r) + "\n" for r in kept)
+            self._eval_step = eval_step(self.strategy, self.model)
+        return evaluate_totals(self.strategy, self.model, self.eval_dataset(), self._eval_step)
 
     def _save(self, step: int) -> float:
         """Writes ckpt-<step> and syncs it; returns the seconds it took."""
@@ -419,7 +307,8 @@ class Trainer:
         Returns:
           Summary: step, the last window's metrics, examples_per_second (steady state, the
           first call's tracing excluded), resumed_from (checkpoint prefix or None),
-          steps_trained, checkpoint, and ``eval`` (the last held-out metrics) if any.
+          steps_trained, checkpoint, ``eval`` (the last held-out metrics) if any, and with a
+          deadline ``deadline_seconds_left`` (when the last checkpoint was complete).
 
         Raises:
           FloatingPointError: the loss became NaN or Inf.
@@ -433,15 +322,19 @@ class Trainer:
             # Only the chief reads the stage's checkpoints (the others work in private dirs).
             broadcast_from_first_replica(self.strategy, self._state_variables())
         start = self.step
-        self._trim_logs(start)
+        trim_logs(self.work_dir, start)
         if resumed_from:
             self.progress(f"resuming from {resumed_from} at step {start}/{cfg.train_steps} "
                           f"({int(self.batches_consumed.numpy())} batches consumed)")
         if start >= cfg.train_steps:
-            last = (_read_jsonl(os.path.join(self.work_dir, TRAIN_LOG)) or [{}])[-1]
-            return {**last, "step": start, "resumed_from": resumed_from, "steps_trained": 0}
-        if cfg.deadline is not None and time.time() >= cfg.deadline:
-            raise DeadlineReached(start, resumed_from)
+            return {**last_metrics(self.work_dir), "step": start, "resumed_from": resumed_from,
+                    "steps_trained": 0}
+        planner = self._stop_planner()
+        if planner is not None and planner.next_call_steps(1) == 0:
+            error = DeadlineReached(start, resumed_from)  # nothing trained, nothing to save
+            self.progress(f"{error}: {planner.seconds_left():.1f} s left, not enough for "
+                          f"a step and a checkpoint with the {planner.margin_s:.1f} s margin")
+            raise error
 
         self.stop_requested.assign(False)
         skip = int(self.batches_consumed.numpy())
@@ -449,9 +342,35 @@ class Trainer:
         writer = tf.summary.create_file_writer(os.path.join(self.work_dir, TENSORBOARD_SUBDIR))
         try:
             with PreemptionWatcher(self.stop_requested) as watcher:
-                return self._run(iterator, writer, watcher, start, resumed_from)
+                return self._run(iterator, RunLog(self.work_dir, writer), watcher, start,
+                                 resumed_from, planner)
         finally:
             writer.close()
+
+    def _stop_planner(self) -> StopPlanner | None:
+        """The stop plan for ``config.deadline`` (None without one)."""
+        cfg = self.config
+        if cfg.deadline is None:
+            return None
+        params = sum(v.shape.num_elements() for _, v in self._names_and_vars)
+        margin = cfg.deadline_margin
+        if margin is None:
+            margin = wall_time.default_margin_s(cfg.deadline - time.time(), params)
+        return StopPlanner(cfg.deadline, margin, wall_time.assumed_save_seconds(params))
+
+    def _deadline_stop_record(self, log: RunLog, planner: StopPlanner, step: int) -> float:
+        """Logs (and, on gs://, uploads) how much time was left when the last checkpoint was
+        complete; returns it."""
+        left = planner.seconds_left_at_save()
+        log.event(step, "deadline_stop", deadline_seconds_left=round(left, 2),
+                  margin_s=round(planner.margin_s, 2),
+                  checkpoint=os.path.basename(self.manager.latest_checkpoint or ""))
+        if self.on_checkpoint is not None and planner.seconds_left() > 0:
+            try:  # the checkpoint is complete already: a failure costs only this record
+                self.on_checkpoint()
+            except Exception as e:  # noqa: BLE001 - reported, then the stop goes on
+                self.progress(f"the stop record was not uploaded: {e}")
+        return left
 
     def _next_call_steps(self, step: int) -> int:
         cfg = self.config
@@ -462,24 +381,30 @@ class Trainer:
             n = min(n, cfg.eval_every - step % cfg.eval_every)
         return n
 
-    def _run(self, iterator, writer, watcher, start, resumed_from) -> dict:
+    def _run(self, iterator, log: RunLog, watcher, start, resumed_from,
+             planner: StopPlanner | None) -> dict:
         cfg = self.config
-        log_path = os.path.join(self.work_dir, TRAIN_LOG)
         window: dict = {}
         extras_window: dict = {}
         window_start, window_steps, window_compute = time.perf_counter(), 0, 0.0
         steady_time, steady_steps, first_call = 0.0, 0, True
         step, metrics, eps, eval_metrics = start, {}, float("nan"), None
         saved_step = checkpoint_step(resumed_from) if resumed_from else None
-        params = sum(v.shape.num_elements() for _, v in self._names_and_vars)
-        step_seconds, save_seconds = None, 1.0 + 12.0 * params / _ASSUMED_SAVE_BYTES_PER_SECOND
+
+        def save() -> float:
+            nonlocal saved_step
+            seconds = self._save(step)
+            saved_step = step
+            if planner is not None:
+                planner.record_save(seconds)
+            return seconds
 
         def stop(error_cls, **kw):
-            nonlocal saved_step
             if step != saved_step:
-                self._save(step)
-                saved_step = step
-            writer.flush()
+                save()
+            log.writer.flush()
+            if error_cls is DeadlineReached:
+                kw["seconds_left"] = self._deadline_stop_record(log, planner, step)
             error = error_cls(step, self.manager.latest_checkpoint, **kw)
             self.progress(str(error))
             raise error
@@ -488,14 +413,10 @@ class Trainer:
             if watcher.requested:
                 stop(Preempted, reason=watcher.requested)
             n = self._next_call_steps(step)
-            if cfg.deadline is not None:
-                if step_seconds is None:
-                    n = 1  # time a step (the first call's is tracing) before planning
-                else:
-                    left = cfg.deadline - time.time() - 2.0 * save_seconds - step_seconds
-                    n = min(n, int(left // step_seconds))
-                    if n <= 0:
-                        stop(DeadlineReached)
+            if planner is not None:
+                n = planner.next_call_steps(n)
+                if n == 0:
+                    stop(DeadlineReached)
             t0 = time.perf_counter()
             totals, extras, done = self._loop_fn(iterator, tf.constant(n))
             totals = {k: float(v) for k, v in totals.items()}
@@ -504,10 +425,8 @@ class Trainer:
             elapsed = time.perf_counter() - t0
             if done == 0:  # SIGTERM came before the first step of the call
                 stop(Preempted, reason=watcher.requested or "SIGTERM")
-            if first_call:  # tracing and compiling: not a step time
-                first_call = False
-            else:
-                step_seconds = elapsed / done
+            tracing, first_call = first_call, False  # the first call traces and compiles
+            if not tracing:
                 steady_time += elapsed
                 steady_steps += done
             step += done
@@ -533,74 +452,43 @@ class Trainer:
                 lr = float(self.optimizer.schedule(step - 1))
                 extra_means = {k: v / window_steps for k, v in extras_window.items()}
                 extra_means["step_time"] = window_compute / window_steps
-                self._log(writer, log_path, step, metrics, lr, window_eps, extra_means)
+                log.train(step, metrics, lr, window_eps, extra_means,
+                          int(self.batches_consumed.numpy()))
                 remaining = (cfg.train_steps - step) * cfg.batch_size / eps if eps else math.inf
                 accs = " ".join(f"{k} {v:.3f}" for k, v in metrics.items()
                                 if k.endswith("accuracy"))
                 self.progress(f"step {step}/{cfg.train_steps} loss {metrics['loss']:.4f} "
                               f"{accs} lr {lr:.2e} grad_norm {extra_means['grad_norm']:.3f} "
-                              f"{window_eps:.1f} ex/s ETA {_format_eta(remaining)}")
+                              f"{window_eps:.1f} ex/s ETA {format_eta(remaining)}")
                 window, extras_window = {}, {}
                 window_start, window_steps, window_compute = now, 0, 0.0
+            if planner is not None:  # the call and the host work after it
+                planner.record_call(done, time.perf_counter() - t0, tracing=tracing)
+                if steady_steps == done and not tracing:  # the first steady call: a forecast
+                    self.progress(planner.describe(step, cfg.train_steps, cfg.checkpoint_every))
             if cfg.eval_every and self.eval_dataset is not None and (
                     step % cfg.eval_every == 0):
-                t_eval = time.perf_counter()
-                eval_metrics = self.metrics_fn(self._evaluate())
-                self._log_eval(writer, step, eval_metrics)
-                self.progress(f"step {step}: held-out " + " ".join(
-                    f"{k} {v:.4f}" for k, v in eval_metrics.items()))
-                window_start += time.perf_counter() - t_eval  # not training time
+                if planner is None or planner.eval_fits():
+                    t_eval = time.perf_counter()
+                    eval_metrics = self.metrics_fn(self._evaluate())
+                    log.eval(step, eval_metrics)
+                    self.progress(f"step {step}: held-out " + " ".join(
+                        f"{k} {v:.4f}" for k, v in eval_metrics.items()))
+                    eval_seconds = time.perf_counter() - t_eval
+                    window_start += eval_seconds  # not training time
+                    if planner is not None:
+                        planner.record_eval(eval_seconds)
+                else:
+                    self.progress(f"step {step}: held-out evaluation skipped: it would end too "
+                                  "close to the wall-time deadline")
             if step % cfg.checkpoint_every == 0 or at_end:
-                writer.flush()
-                save_seconds = self._save(step)
-                saved_step = step
-                window_start += save_seconds
+                log.writer.flush()
+                window_start += save()
         out = {"step": step, **metrics, "examples_per_second": eps,
                "resumed_from": resumed_from, "steps_trained": step - start,
                "checkpoint": self.manager.latest_checkpoint}
         if eval_metrics is not None:
             out["eval"] = eval_metrics
+        if planner is not None:
+            out["deadline_seconds_left"] = round(planner.seconds_left_at_save(), 2)
         return out
-
-    def _log(self, writer, log_path, step, metrics, lr, eps, extras) -> None:
-        with writer.as_default(step=step):
-            for k, v in metrics.items():
-                write_scalar(k, v, step)
-            write_scalar("learning_rate", lr, step)
-            write_scalar("examples_per_second", eps, step)
-            for k, v in extras.items():
-                write_scalar(k, v, step)
-        writer.flush()
-        record = {"step": step, **{k: round(v, 6) for k, v in metrics.items()},
-                  "learning_rate": lr, "examples_per_second": round(eps, 2),
-                  **{k: round(v, 6) for k, v in extras.items()},
-                  "batches_consumed": int(self.batches_consumed.numpy()),
-                  "time": round(time.time(), 3)}
-        with open(log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-    def _log_eval(self, writer, step, metrics) -> None:
-        with writer.as_default(step=step):
-            for k, v in metrics.items():
-                write_scalar(f"eval/{k}", v, step)
-        writer.flush()
-        record = {"step": step, **{k: round(v, 6) for k, v in metrics.items()},
-                  "time": round(time.time(), 3)}
-        with open(os.path.join(self.work_dir, EVAL_LOG), "a") as f:
-            f.write(json.dumps(record) + "\n")
-
-
-def evaluate_totals(strategy: tf.distribute.Strategy, model: tf.Module,
-                    dataset: tf.data.Dataset) -> dict:
-    """Sums ``model.loss_stats(features, training=False)`` over one pass of ``dataset``."""
-
-    @tf.function(reduce_retracing=True)
-    def step(features):
-        return _sum_stats(strategy, strategy.run(lambda f: model.loss_stats(f, training=False),
-                                                 args=(features,)))
-
-    totals: dict = {}
-    for features in distribute(strategy, dataset):
-        for k, v in step(features).items():
-            totals[k] = totals.get(k, 0.0) + float(v)
-    return totals

@@ -9,8 +9,8 @@ position has weight 1. N-gram masking (ngram_max > 1) is not offered here (the c
 refuses it with dynamic masking).
 
 The randomness of a row is a function of its seed only, a pair ``[key, position]``: the
-key says which run (and mixture member), the position where the example is in the
-training stream. Stateless ops (Philox) draw from it, so a resumed run that skips to the
+key says which run (and task), the position where the example is in the task's stream
+(tasks/seqio_tasks.py: the task's seqio preprocessor after its cache placeholder). Stateless ops (Philox) draw from it, so a resumed run that skips to the
 same position draws the same mask, and an example seen again (the next epoch, a later
 position) gets a new one.
 
@@ -19,36 +19,17 @@ preprocess stage computes it with the vocab, masking.py's grouping rule), so who
 masking needs no vocab here. Heavy module: imports TensorFlow.
 
 Usage:
-    config = DynamicMasking.from_dict(records.read_masking(data_dir))
+    config = MaskingConfig.from_json(records.read_masking(task_cache_dir))
     features = mask_batch(features, seeds, config)   # seeds: int64 [batch, 2]
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Mapping
+from typing import Mapping
 
 import tensorflow as tf
 
-
-@dataclasses.dataclass(frozen=True)
-class DynamicMasking:
-    """What masking needs; the fields of the preprocess stage's ``masking.json``."""
-
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-    vocab_size: int
-    mask_id: int
-    cls_id: int
-    sep_id: int
-    mask_token_prob: float = 0.8
-    random_token_prob: float = 0.1
-    whole_word_masking: bool = False
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "DynamicMasking":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+from runexp.tasks.masking import MaskingConfig
 
 
 def _row_draws(seeds: tf.Tensor, length: int, width: int, vocab_size: int):
@@ -97,7 +78,7 @@ def _choose_whole_words(candidates, starts, k, keys):
 
 
 def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
-               config: DynamicMasking) -> dict:
+               config: MaskingConfig) -> dict:
     """Masks a batch of unmasked instances.
 
     Args:
@@ -113,17 +94,17 @@ def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
     """
     ids = features["input_ids"]
     length = ids.shape[1]
-    width = config.max_predictions_per_seq
+    width = config.spec.max_predictions_per_seq
     candidates = (features["input_mask"] > 0) & (ids != config.cls_id) & (ids != config.sep_id)
     n = tf.reduce_sum(tf.cast(features["input_mask"] > 0, tf.float64), axis=1)
     # float64 and half-to-even rounding: the reference's Python round(n * masked_lm_prob).
-    prob = tf.constant(config.masked_lm_prob, tf.float64)
+    prob = tf.constant(config.spec.masked_lm_prob, tf.float64)
     k = tf.minimum(tf.constant(width, tf.float64),
                    tf.maximum(tf.constant(1.0, tf.float64), tf.round(n * prob)))
     k = tf.minimum(tf.cast(k, tf.int32), tf.reduce_sum(tf.cast(candidates, tf.int32), axis=1))
     keys, u, random_ids = _row_draws(seeds, length, width, config.vocab_size)
     pos = tf.range(length)[None, :]
-    if config.whole_word_masking:
+    if config.spec.whole_word_masking:
         chosen = _choose_whole_words(candidates, features["word_starts"] > 0, k, keys)
         picked = tf.where(chosen, pos, length)
     else:
@@ -137,8 +118,8 @@ def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
     positions = tf.where(valid, picked, 0)
     labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
     replacement = tf.where(
-        u < config.mask_token_prob, config.mask_id,
-        tf.where(u < config.mask_token_prob + config.random_token_prob, random_ids, labels))
+        u < config.spec.mask_token_prob, config.mask_id,
+        tf.where(u < config.spec.mask_token_prob + config.spec.random_token_prob, random_ids, labels))
     slots = tf.where(valid)  # [m, 2]: (row, prediction slot) of every chosen position
     scatter = tf.stack([slots[:, 0], tf.cast(tf.gather_nd(positions, slots), tf.int64)], axis=1)
     out = {name: v for name, v in features.items() if name != "word_starts"}

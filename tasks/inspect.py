@@ -1,7 +1,7 @@
 """What ``runexp inspect`` shows: decoded pretraining examples and length statistics.
 
-Reads a preprocess stage's TFRecords (or any file of google-research/bert's records) with a
-small parser of the tf.train.Example wire format, so no TensorFlow is imported and the
+Reads a preprocess stage's TFRecords (the task's seqio cache, ``<stage dir>/<task>/``), a
+directory of them, or any file of google-research/bert's records, with a small parser of the tf.train.Example wire format, so no TensorFlow is imported and the
 command answers in about a second. Masked positions are marked by what happened to them
 (all three kinds are predicted, with loss weight 1):
 
@@ -22,36 +22,31 @@ from typing import Iterator
 
 import numpy as np
 
+from runexp.tasks.records import iter_records
 from runexp.tasks.tokenizer import load_tokenizer
 
 MAX_STATS_RECORDS = 200_000  # length statistics read at most this many records
 _ONE_F32 = struct.pack("<f", 1.0)
 
 
+def records_dir(data_dir: str) -> str:
+    """Where a directory's records are: a preprocess stage directory's task cache
+    (``<stage dir>/<task>/``), else the directory itself."""
+    from runexp.tasks.records import cached_tasks  # light
+
+    found = cached_tasks(data_dir) if os.path.isdir(data_dir) else {}
+    return next(iter(found.values())) if len(found) == 1 else data_dir
+
+
 def record_files(data_dir: str, split: str) -> list[str]:
     """The split's shards in a stage directory (or ``data_dir`` itself when it is a file)."""
     if os.path.isfile(data_dir):
         return [data_dir]
+    data_dir = records_dir(data_dir)
     files = sorted(glob.glob(os.path.join(data_dir, f"{split}.tfrecord-*")))
     if not files:
         raise FileNotFoundError(f"no {split}.tfrecord-* files in {data_dir}")
     return [f for f in files if not f.endswith(".tmp")]
-
-
-def iter_records(files: list[str]) -> Iterator[bytes]:
-    """The records of TFRecord files (framing read, CRCs not checked)."""
-    for path in files:
-        with open(path, "rb") as f:
-            while True:
-                header = f.read(12)
-                if len(header) < 12:
-                    break
-                (length,) = struct.unpack("<Q", header[:8])
-                data = f.read(length)
-                f.read(4)
-                if len(data) < length:
-                    raise ValueError(f"{path}: truncated record")
-                yield data
 
 
 def _varint(buf: bytes, i: int) -> tuple[int, int]:
@@ -230,7 +225,7 @@ def inspect_examples(data_dir: str, vocab_dir: str, split: str, n: int) -> str:
            "  marks: [MASK→x] masked (original x), {y→x} random token y (original x), "
            "<x> kept; all are predicted", ""]
     from runexp.tasks.records import read_masking  # light
-    if os.path.isdir(data_dir) and read_masking(data_dir, split) is not None:
+    if os.path.isdir(data_dir) and read_masking(records_dir(data_dir), split) is not None:
         out[-1:] = ["  this split is masked at training time (dynamic_masking): shown unmasked, "
                     "with 0 predicted", ""]
     lengths, seg_b, masked, labels = [], [], [], []

@@ -25,8 +25,7 @@ Word-level selection:
   one are skipped. Spans never cross [SEP].
 
 Usage:
-    config = MaskingConfig(masked_lm_prob=0.15, max_predictions_per_seq=20, vocab_size=30522,
-                           mask_id=4, cls_id=2, sep_id=3)
+    config = MaskingConfig(MaskingSpec(), vocab_size=30522, mask_id=4, cls_id=2, sep_id=3)
     ids, positions, labels, counts = mask_batch(ids, lengths, candidates, segment_ids,
                                                 config, np_rng, py_rng)
 """
@@ -35,60 +34,50 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+
+from runexp.compiler.specs.preprocess import MaskingSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class MaskingConfig:
-    """What masking needs.
+    """A masking spec with the vocabulary's ids it needs.
 
     Attributes:
-      masked_lm_prob: share of tokens to predict.
-      max_predictions_per_seq: most positions predicted per sequence.
+      spec: the settings (MaskingSpec: compiler/specs/preprocess.py).
       vocab_size: random replacements are drawn from ids [0, vocab_size).
       mask_id, cls_id, sep_id: special ids.
-      mask_token_prob: share of chosen positions set to [MASK].
-      random_token_prob: share set to a random id (the rest keep their token).
-      whole_word_masking: mask all pieces of a word together.
-      ngram_max: longest n-gram of whole words masked together (1: no n-grams).
-      word_start: per id, whether it starts a word (needed for word-level masking).
+      word_start: per id, whether it starts a word (word-level masking from token ids; at
+        training time the records carry ``word_starts`` instead).
     """
 
-    masked_lm_prob: float
-    max_predictions_per_seq: int
+    spec: MaskingSpec
     vocab_size: int
     mask_id: int
     cls_id: int
     sep_id: int
-    mask_token_prob: float = 0.8
-    random_token_prob: float = 0.1
-    whole_word_masking: bool = False
-    ngram_max: int = 1
-    word_start: Optional[Sequence[bool]] = None
+    word_start: Optional[Sequence[bool]] = dataclasses.field(default=None, compare=False)
 
-    def __post_init__(self):
-        if not (0 <= self.mask_token_prob and 0 <= self.random_token_prob
-                and self.mask_token_prob + self.random_token_prob <= 1 + 1e-9):
-            raise ValueError("mask_token_prob and random_token_prob must be >= 0 and sum <= 1, "
-                             f"got {self.mask_token_prob} and {self.random_token_prob}")
-        if self.ngram_max < 1:
-            raise ValueError(f"ngram_max must be at least 1, got {self.ngram_max}")
-        if self.word_level and self.word_start is None:
-            raise ValueError("whole_word_masking and ngram_max > 1 need the word_start table")
+    def to_json(self) -> dict:
+        """The fields of masking.json (records.write_masking) that say how to mask."""
+        return {**self.spec.to_params(), "vocab_size": self.vocab_size, "mask_id": self.mask_id,
+                "cls_id": self.cls_id, "sep_id": self.sep_id}
 
-    @property
-    def word_level(self) -> bool:
-        return self.whole_word_masking or self.ngram_max > 1
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "MaskingConfig":
+        names = MaskingSpec.param_names()
+        return cls(MaskingSpec.from_params({k: v for k, v in d.items() if k in names}),
+                   d["vocab_size"], d["mask_id"], d["cls_id"], d["sep_id"])
 
 
 def num_to_predict(lengths: np.ndarray, num_candidates: np.ndarray,
                    config: MaskingConfig) -> np.ndarray:
     """The reference's ``min(max_predictions, max(1, round(n * masked_lm_prob)))``, per row,
     capped by the candidates there are (numpy rounds half to even, as Python's round)."""
-    k = np.minimum(config.max_predictions_per_seq,
-                   np.maximum(1, np.round(lengths * config.masked_lm_prob).astype(np.int64)))
+    k = np.minimum(config.spec.max_predictions_per_seq,
+                   np.maximum(1, np.round(lengths * config.spec.masked_lm_prob).astype(np.int64)))
     return np.minimum(k, num_candidates)
 
 
@@ -172,7 +161,7 @@ def _select_words(groups: list[tuple[int, list[int]]], k: int, config: MaskingCo
     rng.shuffle(order)
     chosen: list[int] = []
     covered: set[int] = set()
-    ngram_max = config.ngram_max
+    ngram_max = config.spec.ngram_max
     if ngram_max > 1:
         weights = [1.0 / n for n in range(1, ngram_max + 1)]
         cumulative = np.cumsum(weights).tolist()
@@ -225,11 +214,13 @@ def mask_batch(ids: np.ndarray, lengths: np.ndarray, candidates: np.ndarray,
        labels [batch, max_predictions] original ids then 0, counts [batch]).
     """
     batch, length = ids.shape
-    width = config.max_predictions_per_seq
+    if config.spec.word_level and config.word_start is None:
+        raise ValueError("whole_word_masking and ngram_max > 1 need the word_start table")
+    width = config.spec.max_predictions_per_seq
     k = num_to_predict(lengths, candidates.sum(axis=1), config)
-    if not config.word_level:
+    if not config.spec.word_level:
         chosen = _choose_uniform(candidates, k, width, rng)
-    elif config.ngram_max == 1:  # whole words
+    elif config.spec.ngram_max == 1:  # whole words
         chosen = _choose_whole_words(ids, candidates, k, width,
                                      np.asarray(config.word_start, dtype=bool), rng)
     else:
@@ -248,8 +239,8 @@ def mask_batch(ids: np.ndarray, lengths: np.ndarray, candidates: np.ndarray,
     labels = np.where(valid, ids[rows, positions], 0)
     u = rng.random((batch, width))
     replacement = np.where(
-        u < config.mask_token_prob, config.mask_id,
-        np.where(u < config.mask_token_prob + config.random_token_prob,
+        u < config.spec.mask_token_prob, config.mask_id,
+        np.where(u < config.spec.mask_token_prob + config.spec.random_token_prob,
                  rng.integers(0, config.vocab_size, (batch, width), dtype=np.int32), labels))
     rows, cols = np.nonzero(valid)
     ids[rows, positions[rows, cols]] = replacement[rows, cols]

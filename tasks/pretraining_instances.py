@@ -15,10 +15,16 @@ instance:
 
 1. ``plan_instances``: the sentence-level decisions above, per document, as token ranges of
    a flat token array (A and B are each a contiguous run of sentences). ``dupe_factor``
-   passes; then the plan is shuffled: that is the output order.
-2. ``build_batch``: for a slice of the plan, in numpy: truncation (which side loses how many
-   tokens is decided by the lengths alone; how many of them come off the front is
-   Binomial(k, 1/2), exactly the reference's coin flips), layout, masking (masking.py).
+   passes, block by block: a block (a run of documents) can have its own seed, so that its
+   instances do not depend on which other documents are planned with it. A random next B
+   is drawn from the whole split (its document index: ``split_doc_starts``) and kept as
+   (first sentence, document end, target): its extent needs sentence lengths that another
+   shard may hold. The caller shuffles the plan: that is the output order.
+2. ``build_batch``: for a slice of the plan, in numpy: random next segments resolved and
+   read from a ``TokenSource`` (the split's tokens: arrays, or the preprocess stage's spill
+   files), truncation (which side loses how many tokens is decided by the lengths alone; how
+   many of them come off the front is Binomial(k, 1/2), exactly the reference's coin
+   flips), layout, masking (masking.py).
 
 With ``dynamic_masking`` step 2 stops before masking: the instance keeps its tokens, empty
 ``masked_lm_*`` and a ``word_starts`` feature, and is masked at training time
@@ -26,7 +32,9 @@ With ``dynamic_masking`` step 2 stops before masking: the instance keeps its tok
 
 Every random choice has the reference's distribution, but the draws differ, so outputs are
 equal to the reference's in distribution, not byte for byte
-(tests/tasks/test_parity_reference.py compares both on the same corpus).
+(tests/tasks/test_parity_reference.py compares both on the same corpus). One deliberate
+difference: the reference tries ten times to draw a random document other than the current
+one and then takes whatever it drew; here it is always another one (when there are two).
 
 Pair objectives (``pair_objective``):
   - "nsp": next-sentence prediction as above; label 1 = B is random.
@@ -39,7 +47,8 @@ Pair objectives (``pair_objective``):
 
 Usage:
     store = DocumentStore(); store.add_document([[17, 18], [19]]); ...
-    plan = plan_instances(store, config, random.Random(seed))
+    plan = plan_instances(store, config, random.Random(seed))   # the store is the split
+    plan.reorder(np.random.default_rng(seed).permutation(len(plan)))
     batch = build_batch(store, plan, np.arange(len(plan)), config, np.random.default_rng(0))
     batch["input_ids"]  # [n, max_seq_length] int32, and the other features of records.py
 """
@@ -67,8 +76,8 @@ class InstanceConfig:
     random_next_prob: float
     dupe_factor: int
     masking: MaskingConfig
-    pair_objective: str = "nsp"
-    dynamic_masking: bool = False  # leave masks to training time (needs masking.word_start)
+    pair_objective: str
+    dynamic_masking: bool  # leave masks to training time (needs masking.word_start)
 
     def __post_init__(self):
         if self.pair_objective not in PAIR_OBJECTIVES:
@@ -87,7 +96,8 @@ class InstanceConfig:
 
 
 class DocumentStore:
-    """A shard's documents as one flat int32 token array (about 4 bytes per token).
+    """A shard's documents as one flat token array (int32 when built document by document;
+    any integer dtype when given whole, e.g. uint16 from the preprocess stage's spill).
 
     ``sentence_starts[s]`` is the offset of sentence ``s`` (one extra entry at the end);
     ``doc_starts[d]`` is the first sentence of document ``d`` (one extra entry at the end).
@@ -99,9 +109,26 @@ class DocumentStore:
         self.doc_starts = [0]
         self._flat: np.ndarray | None = None
 
+    @classmethod
+    def from_arrays(cls, tokens: np.ndarray, sentence_starts: Sequence[int],
+                    doc_starts: Sequence[int]) -> "DocumentStore":
+        """A store over given arrays (not copied): tokens, sentence starts (offsets into
+        tokens, with the end), document starts (sentence indices, with the end)."""
+        store = cls()
+        store._tokens = None
+        store._flat = np.asarray(tokens)
+        store.sentence_starts = sentence_starts
+        store.doc_starts = doc_starts
+        return store
+
+    def _appendable(self) -> array.array:
+        if self._tokens is None:
+            raise TypeError("a store made from arrays is read-only")
+        return self._tokens
+
     def add_document(self, sentences: Sequence[Sequence[int]]) -> None:
         """Adds a document (its sentences; empty ones are dropped, as the reference does)."""
-        tokens, starts = self._tokens, self.sentence_starts
+        tokens, starts = self._appendable(), self.sentence_starts
         for ids in sentences:
             if ids:
                 tokens.extend(ids)
@@ -118,11 +145,12 @@ class DocumentStore:
         Returns:
           the number of sentences (non-empty lines) of each given document.
         """
+        store_tokens = self._appendable()
         doc_of_line = np.repeat(np.arange(len(doc_lines)), doc_lines)
         kept = line_counts > 0
         sentences = np.bincount(doc_of_line[kept], minlength=len(doc_lines))
-        base = len(self._tokens)
-        self._tokens.frombytes(np.ascontiguousarray(tokens, np.int32).tobytes())
+        base = len(store_tokens)
+        store_tokens.frombytes(np.ascontiguousarray(tokens, np.int32).tobytes())
         self.sentence_starts.extend((base + np.cumsum(line_counts[kept])).tolist())
         first = self.doc_starts[-1]
         self.doc_starts.extend((first + np.cumsum(sentences[sentences > 0])).tolist())
@@ -139,7 +167,7 @@ class DocumentStore:
 
     @property
     def num_tokens(self) -> int:
-        return len(self._tokens)
+        return len(self.tokens)
 
     @property
     def tokens(self) -> np.ndarray:
@@ -151,18 +179,71 @@ class DocumentStore:
     def document(self, d: int) -> list[list[int]]:
         s0, s1 = self.doc_starts[d], self.doc_starts[d + 1]
         st = self.sentence_starts
-        return [self._tokens[st[s]:st[s + 1]].tolist() for s in range(s0, s1)]
+        tokens = self.tokens
+        return [tokens[st[s]:st[s + 1]].tolist() for s in range(s0, s1)]
+
+
+class TokenSource:
+    """Where random next segments come from: the tokens of a whole split and its sentence
+    starts (split-wide token offsets, with the end). This class reads them from arrays; the
+    preprocess stage's subclass reads them from its spill files (pretraining_shards)."""
+
+    def __init__(self, tokens: np.ndarray, sentence_starts: np.ndarray):
+        self.tokens = tokens
+        self.sentence_starts = sentence_starts
+
+    @classmethod
+    def of_store(cls, store: DocumentStore) -> "TokenSource":
+        """A store's own documents as the source (the store is the whole split)."""
+        return cls(store.tokens, np.asarray(store.sentence_starts, np.int64))
+
+    def offset_windows(self, first: np.ndarray, width: int) -> np.ndarray:
+        """``sentence_starts[first + j]`` for j < width, per row ([n, width] int64; entries
+        past the end are unspecified)."""
+        idx = first[:, None] + np.arange(width)[None, :]
+        return np.take(self.sentence_starts, idx, mode="clip").astype(np.int64)
+
+    def token_windows(self, start: np.ndarray, width: int) -> np.ndarray:
+        """``tokens[start + j]`` for j < width, per row ([n, width]; entries past the end are
+        unspecified)."""
+        idx = start[:, None] + np.arange(width)[None, :]
+        return np.take(self.tokens, idx, mode="clip")
+
+    def extents(self, first: np.ndarray, doc_end: np.ndarray, target: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+        """The reference's random next segment: sentences from ``first`` on until they
+        reach ``target`` tokens (at least one sentence) or the document ends (sentence
+        ``doc_end``). Returns its token offset and length, per row."""
+        n = len(first)
+        if not n:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        # Every sentence has a token, so max(target, 1) sentences always reach the target.
+        need = np.minimum(doc_end - first, np.maximum(target, 1))
+        cols = np.arange(int(need.max()) + 1)
+        windows = self.offset_windows(first, len(cols))
+        offsets = np.take_along_axis(windows, np.minimum(cols[None, :], need[:, None]), axis=1)
+        length = offsets - offsets[:, :1]
+        reached = (length >= target[:, None]) & (cols[None, :] >= 1)
+        last = np.where(reached.any(axis=1), reached.argmax(axis=1), need)
+        return offsets[:, 0], length[np.arange(n), last]
 
 
 @dataclasses.dataclass
 class InstancePlan:
-    """Token ranges of A and B in the store's flat array, and the pair label, per instance."""
+    """Token ranges of A and B in the store's flat array, and the pair label, per instance.
+
+    A random next B (``b_end > 0``) is not resolved yet: ``b_start`` is the split-wide index
+    of its first sentence, ``b_end`` the end of its document (sentence index), ``b_target``
+    the tokens it should reach (TokenSource.extents); ``b_len`` is 0.
+    """
 
     a_start: np.ndarray
     a_len: np.ndarray
     b_start: np.ndarray
     b_len: np.ndarray
     label: np.ndarray
+    b_end: np.ndarray
+    b_target: np.ndarray
 
     def __len__(self) -> int:
         return len(self.label)
@@ -170,80 +251,111 @@ class InstancePlan:
     def take(self, order: np.ndarray) -> "InstancePlan":
         return InstancePlan(*(getattr(self, f.name)[order] for f in dataclasses.fields(self)))
 
+    def reorder(self, order: np.ndarray) -> None:
+        """``take`` in place, one field at a time (less memory at its peak)."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name)[order])
 
-def plan_instances(store: DocumentStore, config: InstanceConfig,
-                   rng: random.Random) -> InstancePlan:
-    """The sentence-level decisions for ``dupe_factor`` passes, in a shuffled order."""
+
+def plan_instances(store: DocumentStore, config: InstanceConfig, rng: random.Random,
+                   blocks: Sequence[tuple] | None = None,
+                   split_doc_starts: Sequence[int] | None = None) -> InstancePlan:
+    """The sentence-level decisions for ``dupe_factor`` passes, in document order (the
+    caller shuffles).
+
+    Args:
+      store: the documents to plan.
+      rng: the generator; reseeded per block when blocks give seeds.
+      blocks: ``(seed, first, end, first_id)``: runs of the store's documents ``[first,
+        end)``, whose split-wide document indices start at ``first_id``. Each block's
+        ``dupe_factor`` passes draw from ``rng`` seeded with ``seed`` (None: not reseeded),
+        so a block's instances do not depend on which other blocks share the store.
+        Default: one block of every document, ``rng`` as given.
+      split_doc_starts: the split's document starts (split-wide sentence indices, with the
+        end), where random next segments are drawn from: any document but the current one.
+        Default: the store's own documents (then the store is the whole split).
+    """
+    sd = store.doc_starts if split_doc_starts is None else split_doc_starts
     code = "i" if store.num_tokens < 2**31 else "q"  # offsets into the flat token array
+    code_b = "i" if max(store.num_tokens, sd[-1]) < 2**31 else "q"  # or split sentences
     a_start, a_len = array.array(code), array.array(code)
-    b_start, b_len = array.array(code), array.array(code)
+    b_start, b_len = array.array(code_b), array.array(code)
+    b_end, b_target = array.array(code_b), array.array("i")
     label = array.array("b")
     st = store.sentence_starts
     doc_starts = store.doc_starts
-    num_docs = store.num_documents
+    if blocks is None:
+        blocks = [(None, 0, store.num_documents, 0)]
+    num_split_docs = len(sd) - 1
     max_num_tokens = config.max_num_tokens
     short_prob, next_prob = config.short_seq_prob, config.random_next_prob
     objective = config.pair_objective
     rnd = rng.random
-    for _pass in range(config.dupe_factor):
-        for d in range(num_docs):
-            s_first, s_end = doc_starts[d], doc_starts[d + 1]
-            target = max_num_tokens
-            if rnd() < short_prob:
-                target = 2 + int(rnd() * (max_num_tokens - 1))  # randint(2, max)
-            chunk = s_first
-            i = s_first
-            while i < s_end:
-                if i == s_end - 1 or st[i + 1] - st[chunk] >= target:
-                    n = i - chunk + 1
-                    if objective == "none":
-                        a_start.append(st[chunk]); a_len.append(st[i + 1] - st[chunk])
-                        b_start.append(0); b_len.append(0); label.append(0)
-                    else:
-                        a_end = chunk + 1 + (int(rnd() * (n - 1)) if n >= 2 else 0)
-                        a0, a1 = st[chunk], st[a_end]
-                        if objective == "sop":
-                            if n == 1:
-                                length = a1 - a0
-                                if length < 2:
-                                    chunk = i + 1
-                                    i += 1
-                                    continue
-                                a1 = a0 + 1 + int(rnd() * (length - 1))
-                                b0, b1 = a1, a0 + length
-                            else:
-                                b0, b1 = a1, st[i + 1]
-                            if rnd() < 0.5:
-                                a0, a1, b0, b1 = b0, b1, a0, a1
+    for seed, first_doc, end_doc, first_id in blocks:
+        if seed is not None:
+            rng.seed(seed)
+        for _pass in range(config.dupe_factor):
+            for d in range(first_doc, end_doc):
+                s_first, s_end = doc_starts[d], doc_starts[d + 1]
+                target = max_num_tokens
+                if rnd() < short_prob:
+                    target = 2 + int(rnd() * (max_num_tokens - 1))  # randint(2, max)
+                chunk = s_first
+                i = s_first
+                while i < s_end:
+                    if i == s_end - 1 or st[i + 1] - st[chunk] >= target:
+                        n = i - chunk + 1
+                        if objective == "none":
+                            a_start.append(st[chunk]); a_len.append(st[i + 1] - st[chunk])
+                            b_start.append(0); b_len.append(0); label.append(0)
+                            b_end.append(0); b_target.append(0)
+                        else:
+                            a_end = chunk + 1 + (int(rnd() * (n - 1)) if n >= 2 else 0)
+                            a0, a1 = st[chunk], st[a_end]
+                            if objective == "sop":
+                                if n == 1:
+                                    length = a1 - a0
+                                    if length < 2:
+                                        chunk = i + 1
+                                        i += 1
+                                        continue
+                                    a1 = a0 + 1 + int(rnd() * (length - 1))
+                                    b0, b1 = a1, a0 + length
+                                else:
+                                    b0, b1 = a1, st[i + 1]
+                                if rnd() < 0.5:
+                                    a0, a1, b0, b1 = b0, b1, a0, a1
+                                    label.append(1)
+                                else:
+                                    label.append(0)
+                                b_start.append(b0); b_len.append(b1 - b0)
+                                b_end.append(0); b_target.append(0)
+                            elif n == 1 or rnd() < next_prob:
+                                # Another document of the split, uniformly (the reference
+                                # tries ten times to avoid this one), a uniform sentence of
+                                # it, and on until the target: resolved at build time.
+                                this = first_id + d - first_doc
+                                if num_split_docs > 1:
+                                    r = int(rnd() * (num_split_docs - 1))
+                                    r += r >= this
+                                else:
+                                    r = this
+                                r_first, r_end = sd[r], sd[r + 1]
+                                b_start.append(r_first + int(rnd() * (r_end - r_first)))
+                                b_len.append(0)
+                                b_end.append(r_end); b_target.append(target - (a1 - a0))
+                                i = a_end - 1  # put the unused sentences back
                                 label.append(1)
                             else:
+                                b_start.append(a1); b_len.append(st[i + 1] - a1)
+                                b_end.append(0); b_target.append(0)
                                 label.append(0)
-                        elif n == 1 or rnd() < next_prob:
-                            target_b = target - (a1 - a0)
-                            for _try in range(10):  # the reference's ten tries
-                                r = int(rnd() * num_docs)
-                                if r != d:
-                                    break
-                            r_first, r_end = doc_starts[r], doc_starts[r + 1]
-                            j = r_first + int(rnd() * (r_end - r_first))
-                            b0 = st[j]
-                            while j < r_end - 1 and st[j + 1] - b0 < target_b:
-                                j += 1
-                            b1 = st[j + 1]
-                            i = a_end - 1  # put the unused sentences back
-                            label.append(1)
-                        else:
-                            b0, b1 = a1, st[i + 1]
-                            label.append(0)
-                        a_start.append(a0); a_len.append(a1 - a0)
-                        b_start.append(b0); b_len.append(b1 - b0)
-                    chunk = i + 1
-                i += 1
-    plan = InstancePlan(*(np.frombuffer(x, dtype=x.typecode) if len(x) else np.zeros(0, np.int32)
-                          for x in (a_start, a_len, b_start, b_len, label)))
-    order = list(range(len(plan)))
-    rng.shuffle(order)
-    return plan.take(np.asarray(order, dtype=np.int64))
+                            a_start.append(a0); a_len.append(a1 - a0)
+                        chunk = i + 1
+                    i += 1
+    return InstancePlan(*(np.frombuffer(x, dtype=x.typecode) if len(x)
+                          else np.zeros(0, x.typecode)
+                          for x in (a_start, a_len, b_start, b_len, label, b_end, b_target)))
 
 
 def truncation(la: np.ndarray, lb: np.ndarray, max_num_tokens: int
@@ -264,9 +376,11 @@ def truncation(la: np.ndarray, lb: np.ndarray, max_num_tokens: int
 
 def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | slice,
                 config: InstanceConfig, rng: np.random.Generator,
-                py_rng: random.Random | None = None) -> dict[str, np.ndarray]:
+                py_rng: random.Random | None = None,
+                source: TokenSource | None = None) -> dict[str, np.ndarray]:
     """The padded features (records.py) of ``plan`` rows ``index`` (indices or a slice),
-    truncated and masked.
+    truncated and masked. Random next segments are read from ``source`` (default: the
+    store's own documents).
 
     Integer features are int32 arrays [len(index), n] (records store them as int64)."""
     if isinstance(index, slice):
@@ -278,12 +392,18 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
     batch, length = len(p), config.max_seq_length
     masking = config.masking
     tokens = store.tokens
+    remote = p.b_end > 0  # random next segments: token offsets in the source, not the store
+    if remote.any():
+        if source is None:
+            source = TokenSource.of_store(store)
+        p.b_start[remote], p.b_len[remote] = source.extents(
+            p.b_start[remote], p.b_end[remote], p.b_target[remote])
     if config.pairs:
         ka, kb = truncation(p.a_len, p.b_len, config.max_num_tokens)
     else:
         ka, kb = np.maximum(0, p.a_len - config.max_num_tokens), np.zeros_like(p.a_len)
-    a0 = (p.a_start + rng.binomial(ka, 0.5)).astype(np.int32)[:, None]
-    b0 = (p.b_start + rng.binomial(kb, 0.5)).astype(np.int32)[:, None]
+    a0 = (p.a_start + rng.binomial(ka, 0.5))[:, None]  # int64: split offsets may be large
+    b0 = (p.b_start + rng.binomial(kb, 0.5))[:, None]
     la = (p.a_len - ka).astype(np.int32)[:, None]
     lb = (p.b_len - kb).astype(np.int32)[:, None]
     pos = np.arange(length, dtype=np.int32)[None, :]
@@ -305,6 +425,13 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
         ids = np.where(candidates, np.take(tokens, src, mode="clip"), 0).astype(np.int32)
     else:
         ids = np.zeros((batch, length), np.int32)
+    if remote.any():  # B's tokens (at most max_num_tokens of them) from the source
+        rows_b = np.flatnonzero(remote)
+        width = config.max_num_tokens
+        window = source.token_windows(b0[rows_b, 0], width)
+        at = np.clip(pos - la[rows_b] - 2, 0, width - 1)
+        ids[rows_b] = np.where(candidates[rows_b] & seg_b[rows_b],
+                               np.take_along_axis(window, at, axis=1), ids[rows_b])
     ids[:, 0] = masking.cls_id
     ids[rows, la[:, 0] + 1] = masking.sep_id
     ids[rows, n[:, 0] - 1] = masking.sep_id
@@ -313,7 +440,7 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
         return _unmasked_features(ids, input_mask, segment_ids, candidates, p.label, masking)
     ids, positions, labels, counts = mask_batch(ids, n[:, 0], candidates, segment_ids, masking,
                                                 rng, py_rng)
-    weights = (np.arange(masking.max_predictions_per_seq)[None, :] < counts[:, None])
+    weights = (np.arange(masking.spec.max_predictions_per_seq)[None, :] < counts[:, None])
     return {
         "input_ids": ids,
         "input_mask": input_mask,
@@ -337,7 +464,7 @@ def _unmasked_features(ids, input_mask, segment_ids, candidates, label,
                        masking: MaskingConfig) -> dict[str, np.ndarray]:
     """An instance left for masking at training time: the layout of a masked one with
     empty predictions, plus ``word_starts`` (records.py)."""
-    batch, width = len(ids), masking.max_predictions_per_seq
+    batch, width = len(ids), masking.spec.max_predictions_per_seq
     starts = word_starts(ids, candidates, np.asarray(masking.word_start, dtype=bool))
     return {
         "input_ids": ids,

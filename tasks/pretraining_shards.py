@@ -1,22 +1,30 @@
-"""One shard of BERT pretraining data: read, tokenize, plan instances, mask, serialise.
+"""BERT pretraining shards: read, tokenize, plan instances, mask, serialise.
 
-Document i of a split (in sorted file order) belongs to shard ``i % num_shards``. A shard is
-built from its own documents only (random next segments come from the same shard, as when
-the reference script runs once per input file), with its own generators seeded from
-``(random_seed, split, shard)``, so the output depends on the seed and the shard count only,
-never on the number of worker processes.
+A split is built in two phases, so that its cost is linear in its size. Phase 1
+(tasks/split_index.py) reads and tokenises each input byte once, by byte ranges, into the
+split's index of documents and blocks. Phase 2, here: ``write_shard`` takes the blocks
+``assign_blocks`` gives shard k (balanced by size, spread over the whole split), plans
+instances block by block, each block with its own seed ``(random_seed, split, block)``, and
+masks and writes them in a shuffled order (``(random_seed, split, shard)``). A random next
+segment is drawn from any other document of the split.
 
-Memory is bounded by the shard's token count, about 4 bytes a token (pretraining_instances.
-DocumentStore), plus a small plan per instance; instances are built, masked, serialised and
-written one batch at a time, already in their final shuffled order, so nothing grows with
-``dupe_factor`` (the reference holds every instance of every input as Python objects).
+So the instances (their segments, lengths and labels) do not depend on the shard count:
+only which shard holds them, their order, which side truncation cuts and their masks do;
+nothing depends on the number of worker processes. Memory per worker: the shard's tokens,
+sentence offsets and plan (~1.5 bytes per byte of text at ``dupe_factor`` 5) plus the
+split's document index (16 bytes per document); ``auto_num_shards`` keeps shards at most
+64 MiB of text. Instances are built, masked, serialised and written one batch at a time,
+already in their final order.
 
 Both the preprocess stage (parallel, to TFRecords) and the seqio task's uncached source
-(sequential, to feature dicts) build shards here, so both give the same examples.
+(sequential, to feature dicts; the index built in-process, from one range) build shards
+here, so both give the same examples.
 
 Usage:
     config = PretrainingConfig.from_params(stage.params)
-    stats = write_shard(ShardJob(files, vocab_dir, config, "train", 0, 4, out_path))[2]
+    jobs = plan_shard_jobs({"train": files}, vocab_dir, config, num_shards, work_dir)
+    for split, shard, stats in run_shard_jobs(jobs, pool.imap_unordered): ...
+    summary.update(summary_fields(totals))  # input_bytes, input_bytes_read
     for batch in iter_shard_batches(files, vocab_dir, config, "train", 0, 4, ShardStats()):
         batch["input_ids"]  # [<= BATCH_SIZE, max_seq_length]
 
@@ -29,71 +37,35 @@ import dataclasses
 import hashlib
 import os
 import random
-from typing import Any, Iterator, Mapping, Sequence
+import shutil
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from runexp.compiler.specs.preprocess import PreprocessSpec
 from runexp.tasks.masking import MaskingConfig
-from runexp.tasks.pretraining_instances import (PAIR_OBJECTIVES, DocumentStore, InstanceConfig,
+from runexp.tasks.pretraining_instances import (DocumentStore, InstanceConfig,
                                                 build_batch, plan_instances)
-from runexp.tasks.text_files import InputIssues, iter_located_documents
-from runexp.tasks.tokenizer import Tokenizer, load_tokenizer
+from runexp.tasks.text_files import InputIssues
+from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,
+                                      build_split_index, local_index,
+                                      open_index, plan_ranges, tokenize_range)
+from runexp.tasks.tokenizer import Tokenizer, cached_tokenizer  # noqa: F401 (re-exported)
 
 BATCH_SIZE = 1024
-_LINES_PER_CALL = 4096
 
 
-@dataclasses.dataclass(frozen=True)
-class PretrainingConfig:
-    """The preprocess stage's data parameters (docs/STAGES.md, "preprocess")."""
+class PretrainingConfig(PreprocessSpec):
+    """The preprocess stage's spec, with what building shards needs from the tokenizer."""
 
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    dupe_factor: int = 5
-    short_seq_prob: float = 0.1
-    random_next_prob: float = 0.5
-    mask_token_prob: float = 0.8
-    random_token_prob: float = 0.1
-    whole_word_masking: bool = False
-    ngram_max: int = 1
-    pair_objective: str = "nsp"
-    random_seed: int = 12345
-    dynamic_masking: bool = False  # the train split unmasked, masked at training time
-
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> "PretrainingConfig":
-        """Picks this config's fields out of a stage's params (others are ignored; missing
-        ones, e.g. in plans made before an option existed, take the defaults)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        config = cls(**{k: v for k, v in params.items() if k in names and v is not None})
-        if config.pair_objective not in PAIR_OBJECTIVES:
-            raise ValueError(f"pair_objective must be one of {PAIR_OBJECTIVES}, "
-                             f"got {config.pair_objective!r}")
-        if config.max_seq_length < 5:
-            raise ValueError(f"max_seq_length must be at least 5, got {config.max_seq_length}")
-        if int(config.ngram_max) < 1:
-            raise ValueError(f"ngram_max must be at least 1, got {config.ngram_max}")
-        if config.dynamic_masking and int(config.ngram_max) > 1:
-            raise ValueError("dynamic_masking does not do n-gram masking: use ngram_max = 1")
-        return config
-
-    def is_dynamic(self, split: str) -> bool:
-        """Only the train split is masked at training time; validation keeps static masks,
-        so evaluations stay comparable across runs."""
-        return bool(self.dynamic_masking) and split == "train"
+    def masking_config(self, tokenizer: Tokenizer, word_level: bool = False) -> MaskingConfig:
+        return MaskingConfig(self.masking, tokenizer.vocab_size, tokenizer.mask_id,
+                             tokenizer.cls_id, tokenizer.sep_id,
+                             tokenizer.word_start_table() if word_level else None)
 
     def instance_config(self, tokenizer: Tokenizer, split: str = "train") -> InstanceConfig:
         dynamic = self.is_dynamic(split)
-        word_level = self.whole_word_masking or self.ngram_max > 1 or dynamic
-        masking = MaskingConfig(
-            masked_lm_prob=self.masked_lm_prob,
-            max_predictions_per_seq=self.max_predictions_per_seq,
-            vocab_size=tokenizer.vocab_size, mask_id=tokenizer.mask_id,
-            cls_id=tokenizer.cls_id, sep_id=tokenizer.sep_id,
-            mask_token_prob=self.mask_token_prob, random_token_prob=self.random_token_prob,
-            whole_word_masking=self.whole_word_masking, ngram_max=int(self.ngram_max),
-            word_start=tokenizer.word_start_table() if word_level else None)
+        masking = self.masking_config(tokenizer, self.masking.word_level or dynamic)
         # With masks drawn at training time, more passes would only duplicate instances.
         dupe_factor = 1 if dynamic else self.dupe_factor
         return InstanceConfig(self.max_seq_length, self.short_seq_prob, self.random_next_prob,
@@ -101,33 +73,8 @@ class PretrainingConfig:
 
     def masking_spec(self, tokenizer: Tokenizer) -> dict:
         """What the training input pipeline needs to mask (records.write_masking)."""
-        return {"masked_lm_prob": self.masked_lm_prob,
-                "max_predictions_per_seq": self.max_predictions_per_seq,
-                "mask_token_prob": self.mask_token_prob,
-                "random_token_prob": self.random_token_prob,
-                "whole_word_masking": bool(self.whole_word_masking),
-                "vocab_size": tokenizer.vocab_size, "mask_id": tokenizer.mask_id,
-                "cls_id": tokenizer.cls_id, "sep_id": tokenizer.sep_id,
-                "random_seed": self.random_seed, "splits": ["train"]}
-
-
-_TOKENIZERS: dict[tuple, Tokenizer] = {}
-
-
-def cached_tokenizer(vocab_dir: str) -> Tokenizer:
-    """One tokenizer per vocab dir and process (its word cache is worth keeping); a vocab
-    rewritten in the same directory (its files' times and sizes changed) is loaded again."""
-    stamp = []
-    for name in ("report.json", "vocab.txt", "spm.model"):
-        try:
-            st = os.stat(os.path.join(vocab_dir, name))
-            stamp.append((st.st_mtime_ns, st.st_size))
-        except OSError:
-            stamp.append(None)
-    key = (vocab_dir, *stamp)
-    if key not in _TOKENIZERS:
-        _TOKENIZERS[key] = load_tokenizer(vocab_dir)
-    return _TOKENIZERS[key]
+        return {**self.masking_config(tokenizer).to_json(), "random_seed": self.random_seed,
+                "splits": ["train"]}
 
 
 def shard_key(seed: int, split: str, shard: int) -> str:
@@ -144,6 +91,41 @@ def shard_np_rng(seed: int, split: str, shard: int) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(digest[:16], "little"))
 
 
+# --- how many shards ------------------------------------------------------------------------
+
+MIN_SHARDS = 4
+PARALLEL_SHARD_BYTES = 8 << 20   # one shard per 8 MiB ...
+PARALLEL_SHARDS = 64             # ... up to 64 shards, enough to keep 32-64 cores busy
+MEMORY_SHARD_BYTES = 64 << 20    # at most 64 MiB of text per shard (~200 MB per worker) ...
+MAX_SHARDS = 1024                # ... up to 1024 shards (64 GiB); beyond, shards grow
+UNKNOWN_SIZE_SHARDS = 64
+
+
+def auto_num_shards(total_bytes: int | None) -> int:
+    """The shard count for a split of ``total_bytes`` of text (None: size unknown).
+
+    Memory: a worker holds one shard's tokens, sentence offsets and instance plan, measured
+    at ~1.5 bytes per byte of text (dupe_factor 5), over ~100 MB of interpreter, numpy and
+    tokenizer (its word cache is capped); 64 MiB of text per shard keeps a worker near
+    200 MB. Below that, shards are for parallelism: one per 8 MiB up to 64 (enough for 32-64
+    cores; a shard costs ~2 ms of overhead per phase, so small ones are cheap), at least 4,
+    rounded up to a power of two so that 2, 4, 8, ... workers finish together. Capped at
+    1024 (then shards grow past 64 MiB). Neither the cost per byte nor the statistics of the
+    output depend on the count (each input byte is read once; instances are planned per
+    block, with random next segments drawn from the whole split).
+
+        <= 32 MiB: 4;  64 MiB: 8;  256 MiB: 32;  512 MiB .. 4 GiB: 64;  16 GiB: 256;
+        >= 64 GiB: 1024;  unknown: 64
+    """
+    if total_bytes is None:
+        return UNKNOWN_SIZE_SHARDS
+    total_bytes = max(0, int(total_bytes))
+    parallel = min(PARALLEL_SHARDS, -(-total_bytes // PARALLEL_SHARD_BYTES))
+    memory = -(-total_bytes // MEMORY_SHARD_BYTES)
+    wanted = max(MIN_SHARDS, parallel, memory)
+    return min(MAX_SHARDS, 1 << (wanted - 1).bit_length())
+
+
 @dataclasses.dataclass
 class ShardStats:
     documents: int = 0
@@ -154,13 +136,18 @@ class ShardStats:
     tokens: int = 0   # non-padding input tokens
     masked: int = 0   # predicted positions (weight 1)
     random_next: int = 0  # pair label 1 (random next for nsp, swapped for sop)
+    input_bytes: int = 0  # the split's text (in shard 0's stats)
+    # Bytes read from it: in shard 0's stats with run_shard_jobs; without it, in the stats of
+    # each job that built a local index (one per worker process). Not in counts(): it is a
+    # cost, which depends on how the jobs were run, not a property of the output.
+    input_bytes_read: int = 0
     issues: InputIssues = dataclasses.field(default_factory=InputIssues)
 
     COUNTS = ("documents", "sentences", "document_tokens", "unk_tokens", "instances", "tokens",
-              "masked", "random_next")
+              "masked", "random_next", "input_bytes")
 
     def add(self, other: "ShardStats") -> None:
-        for name in self.COUNTS:
+        for name in self.COUNTS + ("input_bytes_read",):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.issues.add(other.issues)
 
@@ -168,46 +155,27 @@ class ShardStats:
         return {name: getattr(self, name) for name in self.COUNTS}
 
 
-def read_shard_documents(files: Sequence[str], tokenizer: Tokenizer, shard: int,
-                         num_shards: int, stats: ShardStats) -> DocumentStore:
-    """The shard's documents, tokenised into a DocumentStore; bad input counted in stats."""
-    store = DocumentStore()
-    unk = tokenizer.unk_id
-    pending: list[tuple[str, int, list[str]]] = []
-    pending_lines = 0
+def summary_fields(totals: Mapping[str, ShardStats]) -> dict:
+    """The preprocess MANIFEST's cost fields, over all splits: ``input_bytes`` (text),
+    ``input_bytes_read`` (by all workers together) and their ratio."""
+    size = sum(s.input_bytes for s in totals.values())
+    read = sum(s.input_bytes_read for s in totals.values())
+    return {"input_bytes": size, "input_bytes_read": read,
+            "read_per_input_byte": round(read / size, 4) if size else 0.0}
 
-    def flush():
-        lines = [line for _, _, doc in pending for line in doc]
-        ids, counts = tokenizer.encode_lines(lines)
-        doc_lines = np.fromiter((len(doc) for _, _, doc in pending), np.int64, len(pending))
-        sentences = store.add_encoded(ids, counts, doc_lines)
-        for (path, line, _), n in zip(pending, sentences.tolist()):
-            if not n:
-                stats.issues.note("empty_documents", path, line)
-        stats.documents += int(np.count_nonzero(sentences))
-        stats.sentences += int(sentences.sum())
-        stats.document_tokens += len(ids)
-        stats.unk_tokens += int(np.count_nonzero(ids == unk))
-        pending.clear()
 
-    def wanted(i: int) -> bool:
-        return i % num_shards == shard
 
-    # Documents are tokenised a few thousand lines at a time (tokenizer.encode_lines).
-    for located in iter_located_documents(files, stats.issues, wanted):
-        pending.append(located)
-        pending_lines += len(located[2])
-        if pending_lines >= _LINES_PER_CALL:
-            flush()
-            pending_lines = 0
-    if pending:
-        flush()
-    return store
+def shard_documents(files: Sequence[str], vocab_dir: str, split: str, shard: int,
+                    num_shards: int, random_seed: int = 0) -> DocumentStore:
+    """The shard's documents (tests, inspection)."""
+    index = local_index(files, vocab_dir)
+    return index.shard_store(index.shard_blocks(shard, num_shards), random_seed, split)[0]
 
 
 def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: PretrainingConfig,
                        split: str, shard: int, num_shards: int, stats: ShardStats,
-                       batch_size: int = BATCH_SIZE) -> Iterator[dict[str, np.ndarray]]:
+                       batch_size: int = BATCH_SIZE, index_dir: str | None = None
+                       ) -> Iterator[dict[str, np.ndarray]]:
     """The shard's instances in their final order, as batches of padded feature arrays.
 
     Args:
@@ -217,18 +185,36 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
       split: split name (part of the seed).
       shard, num_shards: which shard.
       stats: counts, filled in as the shard is read and built.
+      index_dir: the split's index (run_shard_jobs); None: built here, once per process.
     """
     tokenizer = cached_tokenizer(vocab_dir)
-    store = read_shard_documents(files, tokenizer, shard, num_shards, stats)
+    index = open_index(index_dir) if index_dir else local_index(files, vocab_dir)
+    if shard == 0:  # the split's input counts, once
+        stats.issues.add(index.issues())
+        stats.input_bytes += index.meta["input_bytes"]
+    if index_dir and shard == 0 or not index_dir and index.read_here:
+        # The bytes read for the index: once (run_shard_jobs), or by each process that
+        # built a local index.
+        stats.input_bytes_read += index.meta["input_bytes_read"]
+    index.read_here = False
+    blocks = index.shard_blocks(shard, num_shards)
+    store, plan_blocks = index.shard_store(blocks, config.random_seed, split)
+    stats.documents += store.num_documents
+    stats.sentences += store.num_sentences
+    stats.document_tokens += store.num_tokens
+    stats.unk_tokens += int(np.count_nonzero(store.tokens == tokenizer.unk_id))
     if not store.num_documents:
         return
     instance_config = config.instance_config(tokenizer, split)
-    rng = shard_rng(config.random_seed, split, shard)
+    plan = plan_instances(store, instance_config, random.Random(), plan_blocks,
+                          index.split_doc_starts)
     np_rng = shard_np_rng(config.random_seed, split, shard)
-    plan = plan_instances(store, instance_config, rng)
+    plan.reorder(np_rng.permutation(len(plan)))
+    py_rng = shard_rng(config.random_seed, split, shard)
+    source = index.source()
     for start in range(0, len(plan), batch_size):
         batch = build_batch(store, plan, slice(start, start + batch_size), instance_config,
-                            np_rng, rng)
+                            np_rng, py_rng, source)
         stats.instances += len(batch["input_ids"])
         stats.tokens += int(batch["input_mask"].sum())
         stats.masked += int(batch["masked_lm_weights"].sum())
@@ -249,7 +235,11 @@ def build_shard(files: Sequence[str], vocab_dir: str, config: PretrainingConfig,
 
 @dataclasses.dataclass(frozen=True)
 class ShardJob:
-    """One unit of parallel work: build a shard and write it as a TFRecord file."""
+    """One unit of parallel work: build a shard and write it as a TFRecord file.
+
+    ``index_dir``: the split's index, built by run_shard_jobs before the shards; None: each
+    worker process builds the index itself (reads the whole split: for small data only).
+    """
     files: tuple[str, ...]
     vocab_dir: str
     config: PretrainingConfig
@@ -257,6 +247,7 @@ class ShardJob:
     shard: int
     num_shards: int
     out_path: str
+    index_dir: str | None = None
 
 
 def write_shard(job: ShardJob) -> tuple[str, int, ShardStats]:
@@ -265,6 +256,81 @@ def write_shard(job: ShardJob) -> tuple[str, int, ShardStats]:
     stats = ShardStats()
     with TFRecordWriter(job.out_path) as writer:
         for batch in iter_shard_batches(job.files, job.vocab_dir, job.config, job.split,
-                                        job.shard, job.num_shards, stats):
+                                        job.shard, job.num_shards, stats,
+                                        index_dir=job.index_dir):
             writer.write_batch(*encode_instance_batch(batch))
     return job.split, job.shard, stats
+
+
+def plan_shard_jobs(files_by_split: Mapping[str, Sequence[str]], vocab_dir: str,
+                    config: PretrainingConfig, num_shards: int, out_dir: str,
+                    spill_dir: str | None = None) -> list[ShardJob]:
+    """The shard jobs of a preprocess stage (run them with run_shard_jobs): every split with
+    files, ``num_shards`` shards each, written to ``out_dir`` (records.shard_path). The
+    splits' indexes (about half a byte per byte of text: tokens, sentence offsets) live in
+    ``<spill_dir>/<split>`` while the jobs run; default spill_dir: ``out_dir/.preprocess-
+    spill``. Both are deleted by run_shard_jobs."""
+    from runexp.tasks.records import shard_path
+    spill_dir = spill_dir or os.path.join(out_dir, SPILL_DIR)
+    jobs = []
+    for split, files in files_by_split.items():
+        if not files:
+            continue
+        index_dir = os.path.join(spill_dir, split)
+        for shard in range(num_shards):
+            jobs.append(ShardJob(tuple(files), vocab_dir, config, split, shard, num_shards,
+                                 shard_path(out_dir, split, shard, num_shards), index_dir))
+    return jobs
+
+
+def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
+                   progress: Callable[[str], None] | None = None
+                   ) -> Iterator[tuple[str, int, ShardStats]]:
+    """Runs shard jobs in two phases and yields ``write_shard``'s results as they come.
+
+    Phase 1 cuts each split's files into ``num_shards`` byte ranges and tokenises each once
+    (``tokenize_range``, in parallel); the parent then joins them into the split's index
+    (``build_split_index``); phase 2 builds the shards (``write_shard``, in parallel). The
+    index directories are deleted at the end.
+
+    Args:
+      jobs: from plan_shard_jobs (jobs without an index_dir just run write_shard).
+      imap: ``map``, or a worker pool's ``imap_unordered``.
+      progress: reports a line per range tokenised.
+    """
+    splits: dict[str, ShardJob] = {}
+    for job in jobs:
+        if job.index_dir:
+            splits.setdefault(job.index_dir, job)
+    range_jobs: list[RangeJob] = []
+    for index_dir, job in splits.items():
+        shutil.rmtree(index_dir, ignore_errors=True)
+        os.makedirs(index_dir)
+        sizes = [os.path.getsize(p) for p in job.files]
+        for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
+            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments))
+    try:
+        results: dict[str, list[RangeResult]] = {d: [] for d in splits}
+        done = 0
+        for index_dir, result in imap(_tokenize_range_keyed, range_jobs):
+            results[index_dir].append(result)
+            done += 1
+            if progress is not None:
+                progress(f"[{done}/{len(range_jobs)}] read {os.path.basename(index_dir)} range "
+                         f"{result.index}: {result.bytes_read:,} bytes, "
+                         f"{result.sentences:,} sentences, {result.tokens:,} tokens")
+        for index_dir, job in splits.items():
+            build_split_index([r for r in range_jobs if r.index_dir == index_dir],
+                              results[index_dir], cached_tokenizer(job.vocab_dir).vocab_size)
+        yield from imap(write_shard, jobs)
+    finally:
+        for index_dir in splits:
+            shutil.rmtree(index_dir, ignore_errors=True)
+            try:
+                os.rmdir(os.path.dirname(index_dir))
+            except OSError:
+                pass
+
+
+def _tokenize_range_keyed(job: RangeJob) -> tuple[str, RangeResult]:
+    return job.index_dir, tokenize_range(job)

@@ -9,15 +9,19 @@ Features (BERT's run_pretraining.py reads exactly these):
                                          only: 1 where a maskable word starts
 
 A split masked at training time (``dynamic_masking``) has the same features with
-unmasked ``input_ids`` and empty ``masked_lm_*`` (zeros), plus ``word_starts``; the stage
-directory's ``masking.json`` says which splits those are and how to mask them
-(tasks/dynamic_masking.py).
+unmasked ``input_ids`` and empty ``masked_lm_*`` (zeros), plus ``word_starts``; the task
+cache's ``masking.json`` says which splits those are and how to mask them
+(tasks/dynamic_masking.py; the task's seqio preprocessor does, tasks/seqio_tasks.py).
 
-Cache layout (what seqio 0.0.20's ``_CachedDataSource`` reads from a task's cache dir):
+Cache layout (seqio 0.0.20's: a task's cache dir is ``<cache root>/<task name>/``, with
+``:`` in a name making subdirectories; ``seqio.Task.cache_dir`` finds it under each global
+cache dir by its ``COMPLETED`` file; the preprocess stage's directory is the cache root):
   <split>.tfrecord-<i:05d>-of-<n:05d>   TFRecord files
   info.<split>.json                     {"num_shards", "features": {name: {"shape", "dtype"}},
                                          "seqio_version"}
   stats.<split>.json                    {"examples", "<feature>_tokens", ...}
+  masking.json                          (dynamic masking only) how the train split is masked
+  COMPLETED                             empty, written last: the cache is whole
 
 Integer features are declared "int32" in info.json (seqio's convention: stored as int64, cast
 back on reading) and shapes are fixed, so seqio parses them with ``FixedLenFeature``.
@@ -37,7 +41,7 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Mapping, Sequence
+from typing import Iterable, Iterator, Mapping, Sequence
 
 from runexp.tasks.example_proto import encode_example, encode_examples
 
@@ -158,6 +162,77 @@ class TFRecordWriter:
             os.remove(self._tmp)
 
 
+def iter_records(files: Iterable[str], skip_data: bool = False) -> Iterator[bytes | None]:
+    """The records of TFRecord files, in order (framing read, CRCs not checked). With
+    ``skip_data`` only the length headers are read, and None stands for each record."""
+    for path in files:
+        with open(path, "rb") as f:
+            while True:
+                header = f.read(12)
+                if len(header) < 12:
+                    break
+                (length,) = struct.unpack("<Q", header[:8])
+                if skip_data:
+                    f.seek(length + 4, os.SEEK_CUR)
+                    yield None
+                    continue
+                data = f.read(length)
+                f.read(4)
+                if len(data) < length:
+                    raise ValueError(f"{path}: truncated record")
+                yield data
+
+
+def count_records(files: Iterable[str]) -> int:
+    """TFRecord records in files (reads the length headers only)."""
+    return sum(1 for _ in iter_records(files, skip_data=True))
+
+
+COMPLETED_FILE = "COMPLETED"
+
+
+def task_cache_dir(cache_root: str, task: str) -> str:
+    """``<cache_root>/<task>``: where seqio looks for a task's cache under a global cache dir
+    (``seqio.utils.get_task_dir_from_name``: each ``:`` of the name is a subdirectory)."""
+    return os.path.join(cache_root, *task.split(":"))
+
+
+def write_completed(cache_dir: str) -> None:
+    """Marks a task's cache whole (seqio only uses a cache dir with this file); write it
+    last."""
+    with open(os.path.join(cache_dir, COMPLETED_FILE), "w"):
+        pass
+
+
+def cached_tasks(cache_root: str) -> dict[str, str]:
+    """Task name -> cache dir of every whole task cache under ``cache_root`` (a preprocess
+    stage directory holds one), sorted by name."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(cache_root):
+        dirnames.sort()
+        if dirpath != cache_root and COMPLETED_FILE in filenames and any(
+                f.startswith("info.") and f.endswith(".json") for f in filenames):
+            found[os.path.relpath(dirpath, cache_root).replace(os.sep, ":")] = dirpath
+    return dict(sorted(found.items()))
+
+
+def task_cache_of(data_dir: str) -> tuple[str, str]:
+    """(task name, cache dir) of the one task a preprocess stage directory caches; a clear
+    error when there is none or more than one."""
+    found = cached_tasks(data_dir)
+    if len(found) != 1:
+        what = f"{len(found)} ({', '.join(found)})" if found else "none"
+        raise FileNotFoundError(f"{data_dir} should hold one task's seqio cache "
+                                f"(<task>/{COMPLETED_FILE}), found {what}: run the "
+                                "preprocess stage first")
+    return next(iter(found.items()))
+
+
+def has_split(cache_dir: str, split: str) -> bool:
+    """Whether a task cache holds ``split``."""
+    return os.path.exists(info_path(cache_dir, split))
+
+
 def shard_path(out_dir: str, split: str, index: int, num_shards: int) -> str:
     """seqio's cached shard name: ``<split>.tfrecord-00000-of-00004``."""
     return os.path.join(out_dir, f"{split}.tfrecord-{index:05d}-of-{num_shards:05d}")
@@ -197,8 +272,8 @@ def write_masking(out_dir: str, spec: Mapping) -> None:
 
 
 def read_masking(data_dir: str, split: str = "train") -> dict | None:
-    """The masking spec when ``split`` of ``data_dir`` is masked at training time, else
-    None (statically masked records)."""
+    """The masking spec when ``split`` of the task cache ``data_dir`` (``<stage dir>/<task>``)
+    is masked at training time, else None (statically masked records)."""
     path = os.path.join(data_dir, MASKING_FILE)
     if not os.path.exists(path):
         return None

@@ -24,8 +24,15 @@ class BertVocabulary(seqio.Vocabulary):
 
     def __init__(self, vocab_dir: str):
         self.vocab_dir = vocab_dir
-        self.tokenizer = load_tokenizer(vocab_dir)
+        self._tokenizer = None
         super().__init__(extra_ids=0)
+
+    @property
+    def tokenizer(self):
+        """Loaded on first use: registering a task reads no vocab files."""
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.vocab_dir)
+        return self._tokenizer
 
     @property
     def eos_id(self):

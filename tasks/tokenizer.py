@@ -153,3 +153,22 @@ def load_tokenizer(vocab_dir: str) -> Tokenizer:
     if report["type"] == "wordpiece":
         return WordPieceVocab(os.path.join(vocab_dir, VOCAB_FILE), do_lower_case)
     raise ValueError(f"{vocab_dir}/{REPORT_FILE}: unknown vocab type {report['type']!r}")
+
+
+_TOKENIZERS: dict[tuple, Tokenizer] = {}
+
+
+def cached_tokenizer(vocab_dir: str) -> Tokenizer:
+    """One tokenizer per vocab dir and process (its word cache is worth keeping); a vocab
+    rewritten in the same directory (its files' times and sizes changed) is loaded again."""
+    stamp = []
+    for name in ("report.json", "vocab.txt", "spm.model"):
+        try:
+            st = os.stat(os.path.join(vocab_dir, name))
+            stamp.append((st.st_mtime_ns, st.st_size))
+        except OSError:
+            stamp.append(None)
+    key = (vocab_dir, *stamp)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = load_tokenizer(vocab_dir)
+    return _TOKENIZERS[key]

@@ -7,8 +7,10 @@
 - ``gcs_prefix``: a fresh ``gs://bucket/...`` prefix per test.
 - ``fault_proxy``: a FaultProxy (tests/storage/fault_proxy.py) in front of the emulator,
   with ``STORAGE_EMULATOR_HOST`` pointed at it for the test.
-- ``fast_retries``: a retry policy with millisecond backoff (6 tries, 30 s deadline) and
-  zeroed retry counters, restored afterwards.
+- ``fast_retries``: a retry policy with millisecond backoff (6 tries; its deadline and
+  request timeout are generous, they only end a hang: the faults are counted in tries, and a
+  busy machine must not add a timeout of its own) and zeroed retry counters, restored
+  afterwards.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ def fast_retries():
     from runexp.runtime import storage
 
     policy = storage.RetryPolicy(max_tries=6, initial_delay=0.01, max_delay=0.2,
-                                 deadline=30.0, timeout=10.0)
+                                 deadline=300.0, timeout=60.0)
     previous = storage.set_retry_policy(policy)
     storage.reset_retry_stats()
     try:

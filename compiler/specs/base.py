@@ -142,6 +142,11 @@ class Spec:
         return [s.name for s in cls.settings() if s.planned or not planned_only]
 
     @classmethod
+    def choices(cls, name: str) -> tuple:
+        """The allowed values of the setting ``name``."""
+        return next(s.param.choices for s in cls.settings() if s.name == name)
+
+    @classmethod
     def gin_params(cls) -> dict[str, Param]:
         """The gin parameters of the spec's configurable (its settable fields)."""
         return {s.gin: s.param for s in cls.settings() if s.settable and s.planned}
@@ -167,7 +172,33 @@ class Spec:
             elif f.name in params:
                 value = params[f.name]
                 values[f.name] = tuple(value) if isinstance(value, list) else value
-        return cls(**values)
+        spec = cls(**values)
+        spec._check_values()
+        return spec
+
+    def _check_values(self, skip: tuple = ()) -> None:
+        """Choices and bounds, for plans edited by hand or made by another runexp (the
+        compiler checks what gin binds, with file and line)."""
+        for f in dataclasses.fields(self):
+            if "nested" in f.metadata or f.name in skip:
+                continue
+            value, meta = getattr(self, f.name), f.metadata
+            where = f"{type(self).__name__}.{f.name}"
+            if value is None:
+                continue
+            if meta["choices"] and value not in meta["choices"]:
+                raise ValueError(f"{where} must be one of {', '.join(map(repr, meta['choices']))}"
+                                 f"; got {value!r}")
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if meta["minimum"] is not None and value < meta["minimum"]:
+                    raise ValueError(f"{where} must be at least {meta['minimum']:g}; got {value!r}")
+                if meta["maximum"] is not None and value > meta["maximum"]:
+                    raise ValueError(f"{where} must be at most {meta['maximum']:g}; got {value!r}")
+
+    @classmethod
+    def of(cls, **params: Any) -> "Spec":
+        """``from_params`` of keyword arguments: ``PreprocessSpec.of(masked_lm_prob=0.2)``."""
+        return cls.from_params(params)
 
     @classmethod
     def from_stage(cls, stage: Any) -> "Spec":

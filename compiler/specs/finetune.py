@@ -43,6 +43,9 @@ class FinetuneSpec(Spec):
     deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
                                                    "time.time() (from experiment.wall_time_hours)",
                                              planned=False)
+    deadline_margin_s: Optional[float] = setting(None, "seconds kept free before the deadline "
+                                                       "(experiment.wall_time_margin_minutes)",
+                                                 planned=False)
 
     def optimization(self) -> OptimizerSpec:
         """The optimizer: this spec's rate, warmup and decay; the rest OptimizerSpec's."""

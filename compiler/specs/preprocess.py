@@ -29,6 +29,11 @@ class MaskingSpec(Spec):
     ngram_max: int = setting(1, "mask whole-word n-grams up to this length (p ~ 1/n); 1: single "
                                 "words", minimum=1)
 
+    def __post_init__(self):
+        if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
+            raise ValueError("MaskingSpec: mask_token_prob + random_token_prob must be at most 1, "
+                             f"got {self.mask_token_prob} + {self.random_token_prob}")
+
     @property
     def word_level(self) -> bool:
         """Masks choose words, not pieces (needs a table of word-start ids)."""
@@ -59,6 +64,11 @@ class PreprocessSpec(Spec):
     num_workers: int = setting(0, "worker processes (0: one per core)", minimum=0)
     do_lower_case: bool = setting(True, "lower-case before tokenising (the vocab's setting)",
                                   gin=None)
+
+    def __post_init__(self):
+        if self.dynamic_masking and self.masking.ngram_max > 1:
+            raise ValueError("PreprocessSpec: dynamic_masking does not do n-gram masking: use "
+                             "ngram_max = 1")
 
     def is_dynamic(self, split: str) -> bool:
         """Only the train split is masked at training time; validation keeps static masks,

@@ -69,3 +69,6 @@ class TrainSpec(Spec):
     deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
                                                    "time.time() (from experiment.wall_time_hours)",
                                              planned=False)
+    deadline_margin_s: Optional[float] = setting(None, "seconds kept free before the deadline "
+                                                       "(experiment.wall_time_margin_minutes)",
+                                                 planned=False)

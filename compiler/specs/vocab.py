@@ -20,3 +20,7 @@ class VocabSpec(Spec):
     model_type: str = setting("unigram", "SentencePiece model type", choices=("unigram", "bpe"))
     max_sentences: int = setting(1_000_000, "sentences sampled to train the vocab", minimum=1)
     seed: int = setting(12345, "sampling seed")
+
+    def _check_values(self, skip: tuple = ()) -> None:
+        # An adopted vocab's size is counted in its file: the bounds are for training one.
+        super()._check_values(skip + (("vocab_size",) if self.vocab_path else ()))

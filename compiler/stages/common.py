@@ -10,17 +10,20 @@ Usage (inside compiler/stages/<kind>.py):
 
 from __future__ import annotations
 
+import os
 from typing import Any, Optional, Sequence
 
 from runexp.compiler import uris
 from runexp.compiler.errors import ErrorCollector, Location, did_you_mean
-from runexp.compiler.fingerprint import files_digest, stage_fingerprint
+from runexp.compiler.fingerprint import checkpoint_digest, files_digest, stage_fingerprint
+from runexp.compiler.gcs_inputs import NOT_LISTED, InputLister, listing_digest
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import Stage
 from runexp.compiler.schema import CONFIGURABLES
 
-# A gs:// input's content is known only at run time.
-AT_RUN_TIME = "checked at run time"
+# The fingerprint of an input whose content the compiler cannot see: a gs:// input that
+# could not be listed (compiler/gcs_inputs.py), a file that does not exist (yet).
+AT_RUN_TIME = NOT_LISTED
 
 
 class StageBuilder:
@@ -72,6 +75,7 @@ class PlanContext:
         self.output_root = ""
         self.corpus_stage: Optional[Stage] = None
         self.checked_mixtures: dict[str, Optional[list[str]]] = {}  # checked (and reported) once
+        self.gcs = InputLister()  # gs:// inputs, each listed once per compile
 
     def loc(self, configurable: str, param: str, scope: str = "") -> Optional[Location]:
         return self.r.provenance(configurable, param, scope).location
@@ -86,13 +90,45 @@ class PlanContext:
             resume_key = stage_fingerprint(kind, kept, input_fps)
         stage = Stage(id=stage_id, kind=kind, params=b.params, inputs=inputs,
                       output_dir=uris.join(self.output_root, stage_id), deps=tuple(deps),
-                      fingerprint=fingerprint, resume_key=resume_key, provenance=b.provenance)
+                      fingerprint=fingerprint, resume_key=resume_key, provenance=b.provenance,
+                      input_objects=self._listed(inputs))
         self.stages.append(stage)
         return stage
 
+    def _listed(self, inputs: dict) -> dict:
+        """The listing of every gs:// input of ``inputs`` that was fingerprinted by one."""
+        found: dict = {}
+
+        def walk(value):
+            if isinstance(value, dict):
+                for v in value.values():
+                    walk(v)
+            elif isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+            elif isinstance(value, str) and value in self.gcs.listings:
+                found[value] = self.gcs.listings[value]
+
+        walk(inputs)
+        return found
+
+    def file_digest(self, path: str) -> str:
+        """One input file's fingerprint: a gs:// object by its listing, a local file by its
+        content; AT_RUN_TIME for a local file that does not exist."""
+        if uris.is_gcs(path):
+            return listing_digest(self.gcs.objects(path))
+        return files_digest([path]) if os.path.isfile(path) else AT_RUN_TIME
+
+    def checkpoint_digest(self, prefix: str) -> str:
+        """A TensorFlow checkpoint's fingerprint: on gs:// by the listing of its objects."""
+        if uris.is_gcs(prefix):
+            return listing_digest(self.gcs.checkpoint(prefix))
+        return checkpoint_digest(prefix)
+
     def files(self, patterns: list, label: str, location: Optional[Location],
               required: bool = True) -> tuple[list, dict, list]:
-        """Resolves input globs: builtin:// -> corpus stage outputs; local -> absolute.
+        """Resolves input globs: builtin:// -> corpus stage outputs; local -> absolute;
+        gs:// -> as given, fingerprinted by one listing (compiler/gcs_inputs.py).
 
         Returns (uris, fingerprints, deps).
         """
@@ -114,7 +150,7 @@ class PlanContext:
                 deps.append(stage.id)
             elif uris.is_gcs(pattern):
                 out.append(pattern)
-                fps[pattern] = AT_RUN_TIME
+                fps[pattern] = listing_digest(self.gcs.objects(pattern))
             else:
                 path = uris.absolute(pattern)
                 matched = uris.expand_local(path)

@@ -9,7 +9,6 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import did_you_mean
-from runexp.compiler.fingerprint import checkpoint_digest
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import FinetuneSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
@@ -71,7 +70,7 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
         deps.append(pretrain.id)
     else:
         inputs["init_checkpoint"] = p["init_checkpoint"]
-        fps["checkpoint"] = checkpoint_digest(p["init_checkpoint"])
+        fps["checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"])
     return ctx.add(f"finetune.{task}", "finetune", b, inputs, fps, sorted(set(deps)))
 
 

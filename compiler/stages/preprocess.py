@@ -80,15 +80,18 @@ def check_dynamic_masking(ctx: PlanContext, task: str, p: dict) -> None:
 
 
 def auto_shards(ctx: PlanContext, train_uris: list) -> tuple[int, str]:
-    """Shards bound each worker's memory and set the parallelism: one per 16 MB, at least 4.
-    Decided here, not from the machine's cores, so output is the same anywhere."""
+    """Shards bound each worker's memory and set the parallelism (tasks/pretraining_shards.py
+    auto_num_shards). Decided here from the corpus size, not from the machine's cores, so
+    the output is the same anywhere."""
+    from runexp.tasks.pretraining_shards import auto_num_shards  # numpy, no TensorFlow
+
     size = 0
     for pattern in train_uris:
         if ctx.corpus_stage is not None and pattern.startswith(ctx.corpus_stage.output_dir):
             size += ctx.corpus_stage.params["min_bytes"] or 0
         elif uris.is_gcs(pattern):
-            return 64, "auto: 64 for gs:// corpora (size known at run time)"
+            return auto_num_shards(None), "auto: gs:// corpus (size known at run time)"
         else:
             size += sum(os.path.getsize(p) for p in uris.expand_local(pattern))
-    shards = max(4, -(-size // (16 << 20)))
-    return shards, f"auto: {size / 1e6:.1f} MB of text, one shard per 16 MB, at least 4"
+    return auto_num_shards(size), (f"auto: {size / 1e6:.1f} MB of text: a shard per 8 MiB up "
+                                   "to 64, then per 64 MiB up to 1024; a power of two, at least 4")

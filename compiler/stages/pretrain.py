@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 from runexp.compiler import uris
-from runexp.compiler.fingerprint import checkpoint_digest
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import TrainSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder, data_inputs
@@ -44,7 +43,7 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel) -> Optional[Stage]
         check_init_checkpoint(ctx, p["init_checkpoint"], config,
                               ctx.loc("train", "init_checkpoint"), accel)
         inputs["init_checkpoint"] = p["init_checkpoint"]
-        fps["init_checkpoint"] = checkpoint_digest(p["init_checkpoint"])
+        fps["init_checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"])
     return ctx.add("pretrain", "pretrain", b, inputs, fps, [*deps, vocab.id])
 
 

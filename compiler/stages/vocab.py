@@ -7,10 +7,9 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Location
-from runexp.compiler.fingerprint import files_digest
 from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
-from runexp.compiler.stages.common import AT_RUN_TIME, PlanContext, StageBuilder
+from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.mixture import member_files
 
 def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
@@ -38,8 +37,7 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
         b.set("vocab_size", vocab_size, RUN_TIME if vocab_size is None and uris.is_gcs(path)
               else f"counted in {os.path.basename(path)}")
         inputs["vocab_file"] = b.params["vocab_path"]
-        fps = {"vocab": files_digest([b.params["vocab_path"]])
-               if os.path.isfile(b.params["vocab_path"]) else AT_RUN_TIME}
+        fps = {"vocab": ctx.file_digest(b.params["vocab_path"])}
         if task is not None:  # the UNK rate and pieces per word on the task's text
             inputs["heldout_files"], fps["heldout"], deps = member_files(
                 ctx, task, "validation_files")

@@ -18,8 +18,10 @@ import os
 
 import numpy as np
 
+from runexp.compiler.specs import EvaluateSpec
 from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
-from runexp.runtime.model import BertConfig, BertPretrainer
+from runexp.runtime.bert_config import BertConfig
+from runexp.runtime.model import BertPretrainer
 from runexp.runtime.trainer import evaluate_totals, pretraining_metrics
 
 METRICS_FILE = "metrics.json"
@@ -45,12 +47,13 @@ def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
     return counts
 
 
-def _evaluate_data(strategy, model, data_dir: str, p) -> tuple[dict, dict, int]:
+def _evaluate_data(strategy, model, data_dir: str, spec: EvaluateSpec
+                   ) -> tuple[dict, dict, int]:
     """(metrics, the loss totals, majority-token hits) on one data dir's validation split."""
-    seq, preds = int(p["max_seq_length"]), int(p["max_predictions_per_seq"])
-    max_examples = p.get("max_examples")
+    seq, preds = spec.max_seq_length, spec.max_predictions_per_seq
+    max_examples = spec.max_examples
     dataset = pretraining_data.pretraining_dataset(
-        data_dir, "validation", batch_size=int(p["batch_size"]), max_seq_length=seq,
+        data_dir, "validation", batch_size=spec.batch_size, max_seq_length=seq,
         max_predictions_per_seq=preds, training=False, max_examples=max_examples)
     totals = evaluate_totals(strategy, model, dataset)
     metrics = pretraining_metrics(totals)
@@ -71,9 +74,9 @@ def _evaluate_data(strategy, model, data_dir: str, p) -> tuple[dict, dict, int]:
 
 
 def run(ctx) -> dict:
-    p, inputs = ctx.params, ctx.inputs
+    spec, inputs = EvaluateSpec.from_stage(ctx), ctx.inputs
     strategy_lib.configure_threads()
-    config = BertConfig.from_dict(p["model"])
+    config = BertConfig.from_dict(spec.model)
     # Only the chief evaluates: this machine's devices, whatever the cluster.
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx), multi_worker=False)
     with strategy.scope():
@@ -81,11 +84,11 @@ def run(ctx) -> dict:
     step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
 
     if "data_dirs" not in inputs:  # one task
-        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], p)
+        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], spec)
     else:  # a mixture: each member's held-out split, then all of them together
         per_task, totals, hits = {}, {}, 0
         for task, data_dir in sorted(inputs["data_dirs"].items()):
-            per_task[task], task_totals, task_hits = _evaluate_data(strategy, model, data_dir, p)
+            per_task[task], task_totals, task_hits = _evaluate_data(strategy, model, data_dir, spec)
             for k, v in task_totals.items():
                 totals[k] = totals.get(k, 0.0) + v
             hits += task_hits

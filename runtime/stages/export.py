@@ -16,9 +16,10 @@ import shutil
 
 import tensorflow as tf
 
+from runexp.compiler.specs import ExportSpec
 from runexp.runtime import checkpoints
-from runexp.runtime.model import BertClassifier, BertConfig, BertPretrainer, count_parameters
-from runexp.runtime.stages.pretrain import write_bert_config
+from runexp.runtime.bert_config import BertConfig, write_bert_config
+from runexp.runtime.model import BertClassifier, BertPretrainer, count_parameters
 
 SAVED_MODEL_DIR = "saved_model"
 GOOGLE_CHECKPOINT = "bert_model.ckpt"
@@ -51,8 +52,8 @@ def _finetuned(config: BertConfig, finetune_dir: str):
 
 
 def run(ctx) -> dict:
-    p, inputs = ctx.params, ctx.inputs
-    config = BertConfig.from_dict(p["model"])
+    spec, inputs = ExportSpec.from_stage(ctx), ctx.inputs
+    config = BertConfig.from_dict(spec.model)
     if inputs.get("finetune_dir"):
         model, step = _finetuned(config, inputs["finetune_dir"])
     else:

@@ -1,8 +1,6 @@
 """finetune stage: a classification head on the pretrained encoder, trained and scored.
 
-Contract (docs/STAGES.md): params ``task``, ``labels``, ``model``, ``batch_size``,
-``train_steps``, ``warmup_steps``, ``learning_rate``, ``max_seq_length``, ``seed``,
-``text_fields``, ``label_field``; inputs ``train_file``, ``dev_files`` (name -> file; one
+Contract (docs/STAGES.md): inputs ``train_file``, ``dev_files`` (name -> file; one
 scored set each; ``dev_file`` is the set named "dev"), ``vocab_dir``, and the encoder to start
 from: ``checkpoint_dir`` (a pretrain stage's directory) or ``init_checkpoint`` (a checkpoint
 prefix in Google's layout, e.g. a released BERT). Writes ``checkpoints/``, ``metrics.json``
@@ -10,27 +8,37 @@ prefix in Google's layout, e.g. a released BERT). Writes ``checkpoints/``, ``met
 level the first set's ``accuracy`` and ``majority_baseline``, and ``num_labels``,
 ``dev_examples``, ``train_examples``), ``predictions.<dev set>.tsv``.
 
-Optional params, as the pretrain stage reads them (runtime/stages/pretrain.py):
-``optimizer``, ``weight_decay``, ``decay``, ``decay_power``, ``end_learning_rate``,
-``clip_norm``, ``grad_accum_steps``, ``compute_dtype``, ``jit_compile``, ``deadline_unix``.
+Params are a ``FinetuneSpec`` (compiler/specs/finetune.py); the optimizer is BERT's
+run_classifier one (AdamW, linear decay, clipping at 1.0).
+
+Data: the classification task is a seqio task (tasks/seqio_tasks.py
+``register_classification_task``: "train" and one split per dev set), read with
+``get_dataset``: training takes each input host's share in order (``seqio.ShardInfo``),
+shuffled with the seed and repeated (runtime/distributed.py ``PerHostDataset``); dev sets are
+read whole, in order. The files are still parsed here for the texts of the predictions and
+the majority label.
 """
 
 from __future__ import annotations
 
 import collections
-import glob
 import json
 import os
 
 import numpy as np
+import seqio
 import tensorflow as tf
 
+from runexp.compiler import globs
+from runexp.compiler.specs import FinetuneSpec
 from runexp.runtime import checkpoints, strategy as strategy_lib
-from runexp.runtime.model import BertClassifier, BertConfig
-from runexp.runtime.optimizer import optimizer_from_params
-from runexp.runtime.stages.pretrain import training_options
-from runexp.runtime.trainer import Trainer, classification_metrics
-from runexp.tasks.classification import encode_examples, labels_of, load_examples
+from runexp.runtime.bert_config import BertConfig
+from runexp.runtime.distributed import PerHostDataset
+from runexp.runtime.model import BertClassifier
+from runexp.runtime.optimizer import optimizer_from_spec
+from runexp.runtime.trainer import TrainLoopConfig, Trainer, classification_metrics
+from runexp.tasks import seqio_tasks
+from runexp.tasks.classification import labels_of, load_examples
 from runexp.tasks.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"
@@ -43,7 +51,7 @@ def predictions_file(dev_set: str) -> str:
 def _one_file(value) -> str:
     """An input given as a path, a glob or a list of them, resolved to one file."""
     patterns = [value] if isinstance(value, str) else list(value)
-    files = sorted({f for pattern in patterns for f in (glob.glob(pattern) or [pattern])})
+    files = sorted({f for pattern in patterns for f in (globs.expand_local(pattern) or [pattern])})
     if len(files) != 1 or not os.path.exists(files[0]):
         raise FileNotFoundError(f"expected one existing file for {value!r}, found {files}")
     return files[0]
@@ -57,6 +65,15 @@ def _predict(model: BertClassifier, arrays: dict, batch_size: int) -> np.ndarray
                           reduce_retracing=True)
     out = [predict(batch).numpy() for batch in ds]
     return np.concatenate(out) if out else np.zeros([0, model.num_labels], np.float32)
+
+
+def _arrays(task: seqio.Task, split: str) -> dict:
+    """A split's encoded examples, in order, as numpy arrays (seqio's get_dataset)."""
+    ds = task.get_dataset(split=split, sequence_length=None, shuffle=False, num_epochs=1)
+    batches = list(ds.batch(4096).as_numpy_iterator())
+    return {k: np.concatenate([b[k] for b in batches]) if batches
+            else np.zeros([0, *ds.element_spec[k].shape], ds.element_spec[k].dtype.as_numpy_dtype)
+            for k in ds.element_spec}
 
 
 def _clean(text: str) -> str:
@@ -105,45 +122,50 @@ def _score(model, dev, dev_arrays, labels, batch_size, majority_label) -> tuple[
 
 
 def run(ctx) -> dict:
-    p, inputs = ctx.params, ctx.inputs
+    spec, inputs = FinetuneSpec.from_stage(ctx), ctx.inputs
     strategy_lib.configure_threads()
-    seed = int(p.get("seed", 0))
+    seed = spec.seed
     tf.random.set_seed(seed)
-    text_fields = tuple(p.get("text_fields") or ("sentence",))
-    label_field = p.get("label_field") or "label"
-    seq, batch_size = int(p["max_seq_length"]), int(p["batch_size"])
-    train_steps = int(p["train_steps"])
+    text_fields, label_field = spec.data.text_fields, spec.data.label_field
+    seq, batch_size, train_steps = spec.max_seq_length, spec.batch_size, spec.train_steps
 
     tokenizer = load_tokenizer(inputs["vocab_dir"])
-    train = load_examples(_one_file(inputs["train_file"]), text_fields, label_field)
+    train_file = _one_file(inputs["train_file"])
+    train = load_examples(train_file, text_fields, label_field)
     if not train:
         raise ValueError(f"no training examples in {inputs['train_file']}")
-    labels = list(p.get("labels") or labels_of(train))
+    labels = list(spec.data.labels or labels_of(train))
+    dev_files = {name: _one_file(path) for name, path in _dev_sets(inputs).items()}
+    task = seqio_tasks.register_classification_task(
+        spec.task or "finetune", train_file, dev_files, text_fields, label_field, labels,
+        inputs["vocab_dir"], seq)
     dev_sets = {}
-    for name, path in _dev_sets(inputs).items():
-        dev = load_examples(_one_file(path), text_fields, label_field)
+    for name, path in dev_files.items():
+        dev = load_examples(path, text_fields, label_field)
         unknown = [ex for ex in dev if ex[1] not in labels]
         if unknown:
             ctx.progress(f"dev set {name}: {len(unknown)} examples have labels not in the label "
                          f"set (e.g. {unknown[0][1]!r}): left out of the score")
         dev = [ex for ex in dev if ex[1] in labels]
-        dev_sets[name] = (dev, encode_examples(dev, tokenizer, labels, seq))
-    train_arrays = encode_examples(train, tokenizer, labels, seq)
+        dev_sets[name] = (dev, _arrays(task, name))
 
-    config = BertConfig.from_dict(p["model"])
+    config = BertConfig.from_dict(spec.model)
     if tokenizer.vocab_size > config.vocab_size:
         raise ValueError(f"model.vocab_size {config.vocab_size} is smaller than the vocab's "
                          f"{tokenizer.vocab_size} tokens")
-    log_every = int(p.get("log_every") or max(1, min(100, train_steps // 5)))
-    loop_config = training_options(p, train_steps, batch_size, steps_per_loop=log_every,
-                                   log_every=log_every, checkpoint_every=train_steps,
-                                   keep_checkpoints=1)
+    # A short run: a few log lines, one checkpoint at the end (and at a stop).
+    log_every = max(1, min(100, train_steps // 5))
+    loop_config = TrainLoopConfig(
+        train_steps=train_steps, batch_size=batch_size, steps_per_loop=log_every,
+        log_every=log_every, checkpoint_every=train_steps, keep_checkpoints=1, jit_compile=False,
+        compute_dtype=spec.compute_dtype, deadline=spec.deadline_unix,
+        deadline_margin=spec.deadline_margin_s)
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
     xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
         model = BertClassifier(config, num_labels=len(labels),
                                compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla)
-        optimizer = optimizer_from_params(p, train_steps, config.hidden_size)
+        optimizer = optimizer_from_spec(spec.optimization(), train_steps, config.hidden_size)
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=classification_metrics, progress=ctx.progress,
                       on_checkpoint=ctx.sync)
@@ -152,10 +174,19 @@ def run(ctx) -> dict:
                  + ", ".join(f"{n} ({len(d)})" for n, (d, _) in dev_sets.items())
                  + f"; {len(labels)} labels")
 
-    def make_dataset(skip_batches: int):
-        ds = tf.data.Dataset.from_tensor_slices(train_arrays)
-        ds = ds.shuffle(len(train), seed=seed, reshuffle_each_iteration=True).repeat()
-        return ds.batch(batch_size, drop_remainder=True).skip(skip_batches).prefetch(2)
+    def make_dataset(skip_batches: int) -> PerHostDataset:
+        def host_dataset(context: tf.distribute.InputContext):
+            # This host's share, in order, then shuffled with the seed, at the per-replica
+            # batch size; its replicas take consecutive batches.
+            replicas = context.num_replicas_in_sync // context.num_input_pipelines
+            ds = task.get_dataset(split="train", sequence_length=None, shuffle=False,
+                                  num_epochs=1, shard_info=seqio.ShardInfo(
+                                      context.input_pipeline_id, context.num_input_pipelines))
+            ds = ds.cache().shuffle(len(train), seed=seed, reshuffle_each_iteration=True)
+            ds = ds.repeat().batch(context.get_per_replica_batch_size(batch_size),
+                                   drop_remainder=True)
+            return ds.skip(skip_batches * replicas).prefetch(2)
+        return PerHostDataset(host_dataset)
 
     result = trainer.train(make_dataset)
 

@@ -1,9 +1,12 @@
 """The preprocess stage: BERT pretraining records in seqio's cache layout.
 
-See docs/STAGES.md ("preprocess") and tasks/pretraining_shards.py. Shards are built in
-parallel worker processes (forked when nothing unsafe to fork is loaded, else spawned: never
-with TensorFlow in them); each worker writes its own TFRecord file, and this process writes
-info.*.json and stats.*.json.
+See docs/STAGES.md ("preprocess") and tasks/pretraining_shards.py. The stage directory is a
+seqio cache root: the task's cache is ``<work_dir>/<task>/`` (tasks/records.py), found by
+``seqio.get_mixture_or_task(task).get_dataset(use_cached=True)`` once the stage directory is
+a global cache dir (tasks/seqio_tasks.py). Shards are built in parallel worker processes
+(forked when nothing unsafe to fork is loaded, else spawned: never with TensorFlow in them);
+each worker writes its own TFRecord file, and this process writes info.*.json, stats.*.json
+and, last, COMPLETED.
 """
 
 from __future__ import annotations
@@ -17,31 +20,26 @@ import time
 from runexp.compiler.errors import UserError
 from runexp.runtime.context import StageContext
 from runexp.tasks import records
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob, ShardStats,
-                                             write_shard)
+from runexp.tasks.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
+                                             ShardStats, plan_shard_jobs, run_shard_jobs,
+                                             summary_fields)
 from runexp.tasks.text_files import InputIssues, expand_globs
 
 SPLITS = ("train", "validation")
 
 
-def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int) -> list[ShardJob]:
-    jobs = []
-    for split in SPLITS:
-        patterns = ctx.inputs.get(f"{split}_files") or []
-        if not patterns:
-            continue
-        files = tuple(expand_globs(patterns))
-        for shard in range(num_shards):
-            jobs.append(ShardJob(files, ctx.inputs["vocab_dir"], config, split, shard, num_shards,
-                                 records.shard_path(ctx.work_dir, split, shard, num_shards)))
-    return jobs
+def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
+          cache_dir: str) -> list[ShardJob]:
+    files = {split: tuple(expand_globs(ctx.inputs[f"{split}_files"]))
+             for split in SPLITS if ctx.inputs.get(f"{split}_files")}
+    return plan_shard_jobs(files, ctx.inputs["vocab_dir"], config, num_shards, cache_dir,
+                           spill_dir=os.path.join(ctx.work_dir, SPILL_DIR))
 
 
-def _check_vocab_casing(ctx: StageContext) -> None:
+def _check_vocab_casing(ctx: StageContext, wanted: bool) -> None:
     from runexp.tasks.pretraining_shards import cached_tokenizer
     tokenizer = cached_tokenizer(ctx.inputs["vocab_dir"])  # forked workers inherit it
-    wanted = ctx.params.get("do_lower_case")
-    if wanted is not None and bool(wanted) != tokenizer.do_lower_case:
+    if bool(wanted) != tokenizer.do_lower_case:
         raise UserError(
             f"preprocess do_lower_case={wanted} but the vocab in {ctx.inputs['vocab_dir']} "
             f"was built with do_lower_case={tokenizer.do_lower_case}\n"
@@ -59,12 +57,16 @@ def _start_method() -> str:
 
 
 def run(ctx: StageContext) -> dict:
-    p = ctx.params
-    config = PretrainingConfig.from_params(p)
-    num_shards = int(p.get("num_shards") or 1)
-    workers = int(p.get("num_workers") or 0) or os.cpu_count() or 1
-    _check_vocab_casing(ctx)
-    jobs = _jobs(ctx, config, num_shards)
+    config = PretrainingConfig.from_stage(ctx)
+    num_shards = config.num_shards or 1
+    workers = config.num_workers or os.cpu_count() or 1
+    _check_vocab_casing(ctx, config.do_lower_case)
+    if not config.task:
+        raise UserError("the preprocess stage needs its task's name (param 'task'): the "
+                        "seqio cache is <stage dir>/<task>/")
+    cache_dir = records.task_cache_dir(ctx.work_dir, config.task)
+    os.makedirs(cache_dir, exist_ok=True)
+    jobs = _jobs(ctx, config, num_shards, cache_dir)
     workers = max(1, min(workers, len(jobs)))
     ctx.progress(f"building {len(jobs)} shard(s) of {', '.join(sorted({j.split for j in jobs}))}"
                  f" with {workers} worker process(es)")
@@ -82,11 +84,11 @@ def run(ctx: StageContext) -> dict:
                      f"({time.monotonic() - start:.1f}s)")
 
     if workers == 1:
-        for job in jobs:
-            collect(write_shard(job))
+        for result in run_shard_jobs(jobs, map, ctx.progress):
+            collect(result)
     else:
         with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
-            for result in pool.imap_unordered(write_shard, jobs):
+            for result in run_shard_jobs(jobs, pool.imap_unordered, ctx.progress):
                 collect(result)
 
     summary: dict = {}
@@ -95,9 +97,9 @@ def run(ctx: StageContext) -> dict:
         if not any(j.split == split for j in jobs):
             continue
         s = totals[split]
-        records.write_info(ctx.work_dir, split, num_shards, config.max_seq_length,
-                           config.max_predictions_per_seq, config.is_dynamic(split))
-        records.write_stats(ctx.work_dir, split, {
+        records.write_info(cache_dir, split, num_shards, config.max_seq_length,
+                           config.masking.max_predictions_per_seq, config.is_dynamic(split))
+        records.write_stats(cache_dir, split, {
             "examples": s.instances, "input_ids_tokens": s.tokens,
             "masked_lm_ids_tokens": s.masked, **s.counts(),
             "bad_input": s.issues.summary()})
@@ -106,12 +108,14 @@ def run(ctx: StageContext) -> dict:
         issues.add(s.issues)
     if config.dynamic_masking and any(j.split == "train" for j in jobs):
         from runexp.tasks.pretraining_shards import cached_tokenizer
-        records.write_masking(ctx.work_dir,
+        records.write_masking(cache_dir,
                               config.masking_spec(cached_tokenizer(ctx.inputs["vocab_dir"])))
         summary["dynamic_masking"] = True
+    records.write_completed(cache_dir)  # last: seqio uses the cache only when it is whole
     unk = sum(t.unk_tokens for t in totals.values())
     tokens = sum(t.document_tokens for t in totals.values())
     summary["unk_rate"] = unk / max(tokens, 1)
+    summary.update(summary_fields(totals))  # input_bytes, input_bytes_read: the cost
     # Bad input is counted, never fatal and never silent: in the summary and on the console.
     summary["bad_input"] = issues.summary()
     for line in issues.describe():

@@ -88,3 +88,19 @@ def test_warnings_are_kept_in_the_plan(write, minimal):
     path = write("e.gin", f"include '{minimal}'\nHELDOUT_FILES = '{write.corpus}'\n")
     plan = compile_experiment([path]).plan
     assert any("the held-out files are the training files" in w for w in plan.warnings)
+
+
+def test_plan_shows_the_wall_time_budget_margin_and_expected_last_step(minimal):
+    from runexp.compiler.render import render_plan
+    from runexp.compiler.state import plan_states
+
+    plan = compile_experiment([minimal], ["experiment.wall_time_hours=0.5",
+                                          "TRAIN_STEPS=100000000"]).plan
+    text = render_plan(plan, plan_states(plan))
+    assert "wall-time budget: 0.5 h, of which 0.5 min kept free (auto, for the budget" in text
+    assert "expected last step of a fresh run: " in text and "(a later run continues)" in text
+    plan = compile_experiment([minimal], ["experiment.wall_time_hours=0.5",
+                                          "experiment.wall_time_margin_minutes=5"]).plan
+    text = render_plan(plan, plan_states(plan))
+    assert "of which 5.0 min kept free (experiment.wall_time_margin_minutes)" in text
+    assert "expected last step of a fresh run: 20 of 20\n" in text

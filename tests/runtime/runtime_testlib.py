@@ -1,4 +1,5 @@
-"""Helpers and fixtures for the runtime tests: real pretraining TFRecords in the preprocess layout.
+"""Helpers and fixtures for the runtime tests: real pretraining TFRecords in the preprocess
+stage's layout (a seqio cache of one task in the stage directory).
 
 The records are synthetic but structured (a token's id depends on its position, Zipfian
 otherwise, so a model learns to predict masked tokens better than the majority token) and
@@ -78,14 +79,18 @@ def make_instance(rng, vocab_size, max_seq_length, max_predictions):
 
 def write_pretraining_records(data_dir: str, split: str, num_examples: int, vocab_size: int,
                               max_seq_length: int, max_predictions: int, seed: int = 0,
-                              num_shards: int = 2) -> list[str]:
-    """Writes ``<split>.tfrecord-0000i-of-0000N`` shards of tf.train.Examples."""
+                              num_shards: int = 2, task: str | None = None) -> list[str]:
+    """Writes a preprocess stage directory's seqio cache of ``task`` (default: the data
+    dir's name): ``<data_dir>/<task>/<split>.tfrecord-0000i-of-0000N`` shards of
+    tf.train.Examples, ``info.<split>.json``, ``stats.<split>.json`` and ``COMPLETED``."""
     import tensorflow as tf
 
-    os.makedirs(data_dir, exist_ok=True)
+    from runexp.tasks import records
+
+    cache_dir = records.task_cache_dir(data_dir, task or os.path.basename(data_dir))
+    os.makedirs(cache_dir, exist_ok=True)
     rng = np.random.default_rng(seed)
-    paths = [os.path.join(data_dir, f"{split}.tfrecord-{i:05d}-of-{num_shards:05d}")
-             for i in range(num_shards)]
+    paths = [records.shard_path(cache_dir, split, i, num_shards) for i in range(num_shards)]
     writers = [tf.io.TFRecordWriter(p) for p in paths]
     for n in range(num_examples):
         inst = make_instance(rng, vocab_size, max_seq_length, max_predictions)
@@ -98,6 +103,9 @@ def write_pretraining_records(data_dir: str, split: str, num_examples: int, voca
         writers[n % num_shards].write(example.SerializeToString())
     for w in writers:
         w.close()
+    records.write_info(cache_dir, split, num_shards, max_seq_length, max_predictions)
+    records.write_stats(cache_dir, split, {"examples": num_examples})
+    records.write_completed(cache_dir)
     return paths
 
 

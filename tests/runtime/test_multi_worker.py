@@ -1,11 +1,12 @@
 """Multi-worker training: two processes with TF_CONFIG on this machine, under
-MultiWorkerMirroredStrategy, train as one process would at the same global batch.
+MultiWorkerMirroredStrategy, continue one process's checkpoint as one model.
 
 The chief resumes from a checkpoint only it can see (its stage directory); the other worker
 starts in an empty private directory and gets the chief's state (weights, optimizer slots,
-step, data position, dropout RNG) broadcast before the first step. Both then read every global
-batch and keep their halves, so the run must end with the same weights as a single process
-continuing the same checkpoint.
+step, data position, dropout RNG) broadcast before the first step. Each worker then reads its
+own share of the data through seqio (``seqio.ShardInfo(worker, 2)``: one of the two cached
+train files each; tests/runtime/test_stage_pretrain.py checks the shares), and the gradients
+are all-reduced: both end with the same weights, which the steps moved.
 """
 
 import json
@@ -16,7 +17,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import tensorflow as tf
 
 from runtime_testlib import TINY_MODEL, pretrain_params
@@ -64,41 +64,41 @@ def _weights(work_dir):
             if n.startswith("model/")}
 
 
-def test_two_workers_continue_a_checkpoint_as_one_process_would(pretrain_data, tmp_path):
+def test_two_workers_continue_a_checkpoint_as_one_model(pretrain_data, tmp_path):
     data_dir, vocab_dir = pretrain_data
     inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
     single = tmp_path / "single"
     _finish(_run(_spec(tmp_path, "half", single, inputs, steps=2)))
     chief_dir = tmp_path / "chief"
     shutil.copytree(single, chief_dir)  # the checkpoint at step 2, seen by the chief only
-    reference = _run(_spec(tmp_path, "rest", single, inputs, steps=4))
 
     ports = _free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
     workers = []
-    for index, work_dir in enumerate((chief_dir, tmp_path / "worker1_private")):
+    other_dir = tmp_path / "worker1_private"
+    for index, work_dir in enumerate((chief_dir, other_dir)):
         env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
                                                      "task": {"type": "worker",
                                                               "index": index}}))
         workers.append(_run(_spec(tmp_path, f"w{index}", work_dir, inputs, steps=4), env))
     chief_out = _finish(workers[0])
     _finish(workers[1])
-    _finish(reference)
 
     assert "2 replica(s)" in chief_out
     assert "resuming from" in chief_out and "at step 2/4" in chief_out
-    with open(single / "train_log.jsonl") as f:
-        expected = [json.loads(line) for line in f][-2:]
     with open(chief_dir / "train_log.jsonl") as f:
         got = [json.loads(line) for line in f][-2:]
     assert [r["step"] for r in got] == [3, 4]
-    for a, b in zip(got, expected):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
-        assert a["batches_consumed"] == b["batches_consumed"]
-    ours, theirs = _weights(str(chief_dir)), _weights(str(single))
+    assert [r["batches_consumed"] for r in got] == [3, 4]
+    assert all(np.isfinite(r["loss"]) for r in got)
+    ours, theirs, before = (_weights(str(chief_dir)), _weights(str(other_dir)),
+                            _weights(str(single)))
     assert len(ours) > 15
+    moved = 0
     for name, value in theirs.items():
-        np.testing.assert_allclose(ours[name], value, atol=5e-5, err_msg=name)
+        np.testing.assert_allclose(ours[name], value, atol=1e-6, err_msg=name)
+        moved += not np.array_equal(ours[name], before[name])
+    assert moved > len(ours) // 2
     # The non-chief's writes stay in its private directory.
     assert not any(p.name.startswith("worker1") for p in chief_dir.iterdir())
 

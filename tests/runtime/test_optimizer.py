@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from runexp.compiler.specs import OptimizerSpec
 from runexp.runtime.optimizer import AdamW, WarmupLinearDecay, decays
 
 
@@ -67,7 +68,7 @@ def test_slots_are_checkpointed(tmp_path):
 
 from runexp.runtime.optimizer import (Amos, DynamicLossScale, Lamb, WarmupDecay,  # noqa: E402
                                       amos_eta, amos_slot_shape, make_optimizer,
-                                      optimizer_from_params)
+                                      optimizer_from_spec)
 
 
 def test_polynomial_decay_to_an_end_learning_rate():
@@ -81,7 +82,7 @@ def test_polynomial_decay_to_an_end_learning_rate():
     with pytest.raises(ValueError, match="decay must be one of"):
         WarmupDecay(1.0, 0, 10, decay="cosine")
     with pytest.raises(ValueError, match="optimizer must be one of"):
-        make_optimizer("sgd", s)
+        make_optimizer("sgd", s, weight_decay=0.01, clip_norm=1.0)
 
 
 def _lamb_reference(w, g, t, lr, wd, adapt, m=0.0, v=0.0, b1=0.9, b2=0.999, eps=1e-6):
@@ -170,7 +171,7 @@ def test_every_optimizer_checkpoints_its_slots_and_resumes_exactly(name, tmp_pat
 
     def fresh():
         named = {n: tf.Variable(x) for n, x in init.items()}
-        opt = optimizer_from_params(params, 100, hidden_size=4)
+        opt = optimizer_from_spec(OptimizerSpec.of(**params), 100, hidden_size=4)
         opt.build(named)
         return named, opt
 
@@ -190,7 +191,7 @@ def test_every_optimizer_checkpoints_its_slots_and_resumes_exactly(name, tmp_pat
 
 def test_update_if_false_keeps_everything_but_counts_the_step():
     var = tf.Variable([1.0, 2.0])
-    opt = make_optimizer("lamb", WarmupDecay(0.1, 0, 10))
+    opt = make_optimizer("lamb", WarmupDecay(0.1, 0, 10), weight_decay=0.01, clip_norm=1.0)
     opt.build({"x/kernel": var})
     opt.apply([tf.constant([np.inf, 1.0])], [var], update_if=tf.constant(False))
     np.testing.assert_array_equal(var.numpy(), [1.0, 2.0])

@@ -3,12 +3,16 @@
 One experiment (60 steps, a checkpoint every 20, host loops of 10 steps, op determinism on)
 is run as a chain of processes, each launched on the same work dir:
 
-  1. killed -9 right at startup, after its first steps and before any checkpoint;
-  2. killed -9 mid-interval (step >= 25, the latest checkpoint at 20);
-  3. killed -9 just after a checkpoint (as soon as ckpt-40 is the latest);
-  4. sent SIGTERM at step ~42: checkpoints at the step reached, inside a host loop, and
+  1. killed -9 right at startup, at its 3rd step, before any checkpoint;
+  2. killed -9 mid-interval (at step 25, the latest checkpoint at 20);
+  3. killed -9 just after a checkpoint (at step 41, ckpt-40 the latest);
+  4. sent SIGTERM at step 42: checkpoints at the step reached, inside a host loop, and
      exits 75 (preemption.EXIT_PREEMPTED);
   5. runs to the end.
+
+Each process of the chain holds the step named above until it is killed or signalled
+(train_child.py's ``hold_at_step``): the test acts at that step exactly, however fast or
+slow the machine, instead of racing the training process.
 
 Every step logs a hash of its batch's input_ids from inside the step (train_child.py). The
 chain's steps, each taken from the process that finally kept it, must be the uninterrupted
@@ -31,18 +35,19 @@ from runtime_testlib import pretrain_params
 from runexp.runtime import checkpoints
 
 CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")
-STEP_SLEEP = 0.05  # seconds per step: time for the test to act between steps
 
 
-def _spec(tmp_path, name: str, work_dir: str, batch_log: str, inputs: dict) -> str:
+def _spec(tmp_path, name: str, work_dir: str, batch_log: str, inputs: dict,
+          hold_at_step: int = 0) -> str:
+    """``hold_at_step``: the process's n-th step waits for SIGTERM or a kill (0: none)."""
     params = pretrain_params(batch_size=32, train_steps=60, checkpoint_every=20, log_every=10,
                              steps_per_loop=10, keep_checkpoints=10)
     path = str(tmp_path / f"{name}.json")
     with open(path, "w") as f:
         json.dump({"runs": [{"kind": "pretrain", "params": params, "inputs": inputs,
                              "work_dir": work_dir}],
-                   "batch_log": batch_log, "step_sleep": STEP_SLEEP, "deterministic": True},
-                  f)
+                   "batch_log": batch_log, "hold_at_step": hold_at_step,
+                   "deterministic": True}, f)
     return path
 
 
@@ -83,7 +88,8 @@ def _latest_step(work_dir: str) -> int:
     return checkpoints.checkpoint_step(prefix) if prefix else 0
 
 
-def _until(condition, process: _Process, what: str, timeout: float = 120) -> None:
+def _until(condition, process: _Process, what: str, timeout: float = 600) -> None:
+    """Waits for ``condition``; ``timeout`` only ends a hang (the process holds its step)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if process.proc.poll() is not None:
@@ -110,12 +116,12 @@ def test_kill_9_at_three_moments_and_sigterm_resume_exactly(pretrain_data, tmp_p
     # The uninterrupted run goes alongside the chain.
     reference = _Process(_spec(tmp_path, "reference", ref_dir, ref_log, inputs),
                          str(tmp_path / "reference.out"))
-    spec = _spec(tmp_path, "chain", work_dir, log, inputs)
     starts = []  # the checkpoint step each process of the chain started from
     chain = []
 
-    def launch(n: int) -> _Process:
+    def launch(n: int, hold_at_step: int = 0) -> _Process:
         starts.append(_latest_step(work_dir))
+        spec = _spec(tmp_path, f"chain{n}", work_dir, log, inputs, hold_at_step)
         chain.append(_Process(spec, str(tmp_path / f"chain{n}.out")))
         return chain[-1]
 
@@ -124,26 +130,26 @@ def test_kill_9_at_three_moments_and_sigterm_resume_exactly(pretrain_data, tmp_p
         return starts[-1] + len(segments[-1]) if len(segments) == len(starts) else -1
 
     # 1. Right at startup: a few steps in, no checkpoint yet.
-    p = launch(1)
+    p = launch(1, hold_at_step=3)
     _until(lambda: steps_now() >= 3, p, "step 3")
     p.proc.kill()
     assert p.wait() == -signal.SIGKILL and _latest_step(work_dir) == 0
 
-    # 2. Mid-interval: the latest checkpoint is 20, the process is past step 25.
-    p = launch(2)
+    # 2. Mid-interval: the latest checkpoint is 20, the process at step 25.
+    p = launch(2, hold_at_step=25)
     _until(lambda: _latest_step(work_dir) == 20 and steps_now() >= 25, p, "step 25")
     p.proc.kill()
     assert p.wait() == -signal.SIGKILL and _latest_step(work_dir) == 20
 
-    # 3. Just after a checkpoint: as soon as ckpt-40 is the latest.
-    p = launch(3)
-    _until(lambda: _latest_step(work_dir) == 40, p, "ckpt-40")
+    # 3. Just after a checkpoint: ckpt-40 is the latest, the process at step 41.
+    p = launch(3, hold_at_step=21)
+    _until(lambda: _latest_step(work_dir) == 40 and steps_now() >= 41, p, "ckpt-40")
     p.proc.kill()
     assert p.wait() == -signal.SIGKILL
 
     # 4. SIGTERM inside the host loop covering steps 40-50: a checkpoint at the step
     #    reached, the preemption exit code.
-    p = launch(4)
+    p = launch(4, hold_at_step=2)
     assert starts[-1] == 40
     _until(lambda: steps_now() >= 42, p, "step 42")
     p.proc.send_signal(signal.SIGTERM)
@@ -152,7 +158,7 @@ def test_kill_9_at_three_moments_and_sigterm_resume_exactly(pretrain_data, tmp_p
     assert stopped == 40 + len(_segments(log)[-1]), "checkpoint at the step reached"
     # The host loop runs steps 41-50 in one call: stopping before 50 is stopping between
     # steps, not at the end of the call.
-    assert 42 <= stopped < 50, f"stopped at {stopped}: not at the next step boundary"
+    assert stopped == 42, f"stopped at {stopped}: not at the next step boundary"
     assert f"stopped by SIGTERM at step {stopped}" in p.text()
 
     # 5. To the end.

@@ -52,11 +52,14 @@ def run_stage(tmp_path, name, vocab_dir, **params):
 
 def test_writes_cache_layout_in_parallel_deterministically(tmp_path):
     vocab_dir = make_inputs(tmp_path)
-    out, summary = run_stage(tmp_path, "pre", vocab_dir)
+    stage_dir, summary = run_stage(tmp_path, "pre", vocab_dir)
+    assert os.listdir(stage_dir) == ["t_mlm"]  # seqio's layout: <cache dir>/<task>/
+    out = stage_dir / "t_mlm"
     names = sorted(os.listdir(out))
     assert names == sorted(
         [f"{s}.tfrecord-{i:05d}-of-00003" for s in ("train", "validation") for i in range(3)]
-        + [f"{k}.{s}.json" for k in ("info", "stats") for s in ("train", "validation")])
+        + [f"{k}.{s}.json" for k in ("info", "stats") for s in ("train", "validation")]
+        + ["COMPLETED"])
     info = json.loads((out / "info.train.json").read_text())
     assert info["num_shards"] == 3
     assert info["features"]["input_ids"] == {"shape": [32], "dtype": "int32"}
@@ -81,7 +84,7 @@ def test_writes_cache_layout_in_parallel_deterministically(tmp_path):
     # One worker gives the same bytes as two: only seed and shard count decide.
     again, _ = run_stage(tmp_path, "pre_serial", vocab_dir, num_workers=1)
     for name in names:
-        assert (out / name).read_bytes() == (again / name).read_bytes(), name
+        assert (out / name).read_bytes() == (again / "t_mlm" / name).read_bytes(), name
 
 
 def test_rejects_vocab_casing_mismatch(tmp_path):
@@ -113,7 +116,7 @@ def test_reports_bad_input_without_failing(tmp_path):
     assert summary["train"]["instances"] > 0 and summary["validation"]["instances"] == 0
     warnings = [m for m in messages if m.startswith("WARNING")]
     assert len(warnings) == 3 and any("giant lines" in w for w in warnings)
-    stats = json.loads((out / "stats.train.json").read_text())
+    stats = json.loads((out / "t_bad" / "stats.train.json").read_text())
     assert stats["bad_input"]["giant_lines"]["count"] == 1
 
 
@@ -124,7 +127,7 @@ def test_pair_objectives_and_ngrams_reach_the_records(tmp_path, objective):
                              ngram_max=3, whole_word_masking=False, num_workers=1)
     spec = {k: tf.io.FixedLenFeature([32], tf.int64) for k in ("input_mask", "segment_ids")}
     spec["next_sentence_labels"] = tf.io.FixedLenFeature([1], tf.int64)
-    files = sorted(str(p) for p in out.glob("train.tfrecord-*"))
+    files = sorted(str(p) for p in (out / "t_mlm").glob("train.tfrecord-*"))
     parsed = list(tf.data.TFRecordDataset(files).map(
         lambda r: tf.io.parse_single_example(r, spec)).as_numpy_iterator())
     labels = [p["next_sentence_labels"][0] for p in parsed]
@@ -142,6 +145,7 @@ def test_dynamic_masking_leaves_train_unmasked_and_validation_static(tmp_path):
                                        dupe_factor=1)
     out, summary = run_stage(tmp_path, "dynamic", vocab_dir, num_workers=1, dupe_factor=2,
                              dynamic_masking=True)
+    out = out / "t_mlm"
     masking = json.loads((out / "masking.json").read_text())
     assert masking["splits"] == ["train"] and masking["whole_word_masking"] is True
     assert masking["mask_id"] == load_tokenizer(vocab_dir).mask_id
@@ -153,7 +157,7 @@ def test_dynamic_masking_leaves_train_unmasked_and_validation_static(tmp_path):
     same, _ = run_stage(tmp_path, "static2", vocab_dir, num_workers=1, dupe_factor=2)
     for i in range(3):
         name = f"validation.tfrecord-{i:05d}-of-00003"
-        assert (out / name).read_bytes() == (same / name).read_bytes()
+        assert (out / name).read_bytes() == (same / "t_mlm" / name).read_bytes()
     # Train: one pass whatever dupe_factor says, no masks yet.
     assert summary["train"]["instances"] == static_summary["train"]["instances"]
     assert summary["train"]["masked"] == 0 and summary["validation"]["masked"] > 0

@@ -64,6 +64,31 @@ def test_dataset_is_deterministic_and_skips_exactly(pretrain_data):
     assert first[0].dtype == np.int32
 
 
+def test_input_hosts_read_their_own_shares(pretrain_data):
+    import seqio
+
+    data_dir, _ = pretrain_data
+
+    def rows(shard_info, **kw):
+        ds = pretraining_data.pretraining_dataset(data_dir, "train", 100, 32, 5, seed=3,
+                                                  shard_info=shard_info, **kw)
+        return [r.tobytes() for b in ds for r in b["input_ids"].numpy()]
+
+    everything = rows(None, training=False)
+    assert len(everything) == len(set(everything)) == 1200
+    # 2 hosts: one of the 2 cached files each; 3 hosts: every third example.
+    for hosts in (2, 3):
+        shares = [rows(seqio.ShardInfo(i, hosts), training=False) for i in range(hosts)]
+        assert sorted(sum(shares, [])) == sorted(everything), hosts
+    # Training: each host's stream is its own, deterministic for the seed.
+    def stream(index):
+        return [b["input_ids"].numpy().tobytes() for b in pretraining_data.pretraining_dataset(
+            data_dir, "train", 8, 32, 5, seed=3, shard_info=seqio.ShardInfo(index, 2)).take(3)]
+
+    first = [stream(0), stream(1)]
+    assert stream(1) == first[1] and first[0] != first[1]
+
+
 def test_stop_and_resume_continues_step_and_data(pretrain_data, tmp_path):
     data_dir, vocab_dir = pretrain_data
     inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
@@ -153,19 +178,26 @@ def test_dynamic_masks_resume_exactly_and_change_every_epoch(dynamic_data):
         for name in a:
             np.testing.assert_array_equal(a[name].numpy(), b[name].numpy(), err_msg=name)
     # Without shuffling, epoch 2 repeats epoch 1's instances with new masks.
-    with open(os.path.join(data_dir, "stats.train.json")) as f:
+    from runexp.tasks.records import task_cache_of
+    with open(os.path.join(task_cache_of(data_dir)[1], "stats.train.json")) as f:
         n = json.load(f)["examples"]
     stream = list(make(0, shuffle_buffer=1).unbatch().batch(n).take(2))
-    np.testing.assert_array_equal(_unmasked(stream[0]), _unmasked(stream[1]))
-    positions = [s["masked_lm_positions"].numpy() for s in stream]
+    order = [np.lexsort(_unmasked(s).T[::-1]) for s in stream]  # the epochs' rows, sorted
+    np.testing.assert_array_equal(_unmasked(stream[0])[order[0]], _unmasked(stream[1])[order[1]])
+    positions = [s["masked_lm_positions"].numpy()[o] for s, o in zip(stream, order)]
     assert (positions[0] != positions[1]).any(axis=1).mean() > 0.8
 
 
-def test_a_dynamically_masked_mixture_resumes_exactly(dynamic_data):
+def test_a_dynamically_masked_mixture_resumes_exactly(dynamic_data, tmp_path):
+    import shutil
+
+    from runexp.tasks.records import task_cache_of
     data_dir, _ = dynamic_data
-    # The same data as two members: each member's stream has its own mask key.
+    # The same data as two members (two task names): each member has its own mask key.
+    twin = str(tmp_path / "twin")
+    shutil.copytree(task_cache_of(data_dir)[1], os.path.join(twin, "t_mlm_twin"))
     make = lambda skip: pretraining_data.pretraining_dataset(  # noqa: E731
-        [data_dir, data_dir], "train", 8, 32, 5, seed=3, skip_batches=skip, rates=[0.5, 0.5])
+        [data_dir, twin], "train", 8, 32, 5, seed=3, skip_batches=skip, rates=[0.5, 0.5])
     first = list(make(0).take(8))
     for a, b in zip(first[5:], make(5).take(3)):
         for name in a:

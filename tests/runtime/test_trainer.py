@@ -1,6 +1,7 @@
 """The training loop in one process: gradient accumulation, XLA, compute dtypes, the
 deadline, the SIGTERM watcher, held-out evaluation and TensorBoard scalars."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -15,7 +16,8 @@ from runtime_testlib import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_ins
                       pretrain_params)
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer
-from runexp.runtime.optimizer import optimizer_from_params
+from runexp.compiler.specs import OptimizerSpec
+from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import DeadlineReached, PreemptionWatcher
 from runexp.runtime.stages import pretrain
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
@@ -36,10 +38,10 @@ def _train_on(batch: dict, work_dir: str, steps: int = 2, optimizer: str = "adam
     logging every step; (its weights, the train_log records)."""
     tf.random.set_seed(0)
     model = BertPretrainer(BertConfig.from_dict(model_config), xla=loop.get("jit_compile", False))
-    opt = optimizer_from_params({"optimizer": optimizer, "learning_rate": 1e-3}, 100, 32)
-    config = TrainLoopConfig(train_steps=steps, batch_size=len(batch["input_ids"]),
-                             steps_per_loop=steps, log_every=1, checkpoint_every=steps,
-                             **loop)
+    opt = optimizer_from_spec(OptimizerSpec(optimizer=optimizer, learning_rate=1e-3), 100, 32)
+    config = TrainLoopConfig(**{"train_steps": steps, "batch_size": len(batch["input_ids"]),
+                                "steps_per_loop": steps, "log_every": 1,
+                                "checkpoint_every": steps, "jit_compile": False, **loop})
     trainer = Trainer(tf.distribute.get_strategy(), model, opt, work_dir, config,
                       pretraining_metrics, progress=lambda _: None)
     trainer.train(lambda skip: tf.data.Dataset.from_tensors(batch).repeat())
@@ -119,30 +121,108 @@ def test_pretrain_learns_with_lamb_and_amos(optimizer, pretrain_data, tmp_path):
     assert log[-1]["loss"] < log[0]["loss"] - 0.3, log
 
 
+def _startup_seconds(params: dict, inputs: dict, work_dir: str) -> float:
+    """Trains 3 steps into ``work_dir`` and returns how long building the model, tracing,
+    the steps and a checkpoint took: what a budget must hold before training gets going, on
+    this machine as busy as it is now. Budgets below are multiples of it."""
+    t0 = time.monotonic()
+    pretrain.run(make_ctx("pretrain", dict(params, train_steps=3), inputs, work_dir))
+    return time.monotonic() - t0
+
+
+def _last_record(work_dir: str) -> dict:
+    with open(os.path.join(work_dir, "train_log.jsonl")) as f:
+        return json.loads(f.read().splitlines()[-1])
+
+
 def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path):
     data_dir, vocab_dir = pretrain_data
     inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
     work_dir = str(tmp_path / "pt")
-    deadline = time.time() + 6.0
     params = pretrain_params(train_steps=100_000, log_every=1000, checkpoint_every=1000,
-                             steps_per_loop=50, deadline_unix=deadline)
+                             steps_per_loop=50)
+    deadline = time.time() + 3 * _startup_seconds(params, inputs, work_dir)
     messages = []
     with pytest.raises(DeadlineReached) as info:
-        pretrain.run(make_ctx("pretrain", params, inputs, work_dir, messages))
+        pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=deadline), inputs,
+                              work_dir, messages))
     stopped_at = time.time()
     e = info.value
-    assert stopped_at < deadline and e.exit_code == 124
-    assert e.step > 2 and e.checkpoint.endswith(f"ckpt-{e.step}")
+    assert stopped_at < deadline and e.exit_code == 124, "\n".join(messages)
+    assert e.seconds_left >= deadline - stopped_at > 0  # complete before the stop returned
+    assert e.step > 3 + 2 and e.checkpoint.endswith(f"ckpt-{e.step}")
     assert checkpoints.latest_checkpoint(os.path.join(work_dir, "checkpoints")) == e.checkpoint
-    assert any("wall-time budget" in m for m in messages)
+    assert any("wall-time budget:" in m and "expected to reach" in m for m in messages)
+    assert any("stopped by the wall-time budget" in m and "before the deadline" in m
+               for m in messages)
+    record = _last_record(work_dir)  # what `runexp status` can show
+    assert record["event"] == "deadline_stop" and record["step"] == e.step
+    assert record["deadline_seconds_left"] == round(e.seconds_left, 2) > 0
     # A deadline already past stops at once, with nothing new to save.
-    with pytest.raises(DeadlineReached):
+    with pytest.raises(DeadlineReached) as past:
         pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=time.time() - 1), inputs,
                               work_dir))
+    assert (past.value.step, past.value.checkpoint) == (e.step, e.checkpoint)
     resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=e.step + 3,
                                                      deadline_unix=None), inputs, work_dir))
     assert resumed["resumed_from"] == e.checkpoint and resumed["steps_trained"] == 3
     assert resumed["batches_consumed"] == e.step + 3
+    assert resumed["loss"] is not None  # the stop record is not taken for metrics
+
+
+def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path):
+    """Every checkpoint's sync (a gs:// upload) takes 0.2 s longer than the one before, and
+    after each checkpoint steps take 1.5 times as long: the final checkpoint is slower than
+    any measured, the last calls slower than any before them. It must still be complete
+    before the deadline."""
+    slow = {"step": 0.0, "save": 0.0}
+
+    class SlowPretrainer(BertPretrainer):
+        def loss_stats(self, features, training=False):
+            if training:  # inside the compiled step: a slower machine
+                tf.py_function(lambda: time.sleep(slow["step"]) or 0, [], [tf.int32])
+            return super().loss_stats(features, training)
+
+    synced, messages = [], []  # (the latest checkpoint, when its sync ended); progress
+
+    def slow_sync():
+        time.sleep(slow["save"])
+        synced.append((trainer.manager.latest_checkpoint, time.time()))
+        if slow["save"]:
+            slow["save"] += 0.2
+            slow["step"] *= 1.5
+
+    tf.random.set_seed(0)
+    batch = _batch(8)
+    config = TrainLoopConfig(train_steps=20, batch_size=8, jit_compile=False,
+                             steps_per_loop=10, log_every=10, checkpoint_every=10,
+                             keep_checkpoints=2)
+    trainer = Trainer(tf.distribute.get_strategy(),
+                      SlowPretrainer(BertConfig.from_dict(NO_DROPOUT), xla=False),
+                      optimizer_from_spec(OptimizerSpec(optimizer="adamw", learning_rate=1e-3),
+                                          100, 32),
+                      str(tmp_path / "pt"), config, pretraining_metrics,
+                      progress=messages.append, on_checkpoint=slow_sync)
+    data = lambda skip: tf.data.Dataset.from_tensors(batch).repeat()  # noqa: E731
+    # Tracing, 20 steps and 2 checkpoints at full speed: the budget below grows with what
+    # this took, so a slower machine gets a proportionally longer one.
+    t0 = time.monotonic()
+    trainer.train(data)
+    warm = time.monotonic() - t0
+    slow.update(step=0.01, save=0.2)
+    synced.clear()
+    deadline = time.time() + 6.0 + 2 * warm
+    # The same trainer continues (its loop traced already) with a deadline.
+    trainer.config = dataclasses.replace(config, train_steps=100_000, deadline=deadline)
+    with pytest.raises(DeadlineReached) as info:
+        trainer.train(data)
+    e, log = info.value, "\n".join(messages)
+    complete = min(t for checkpoint, t in synced if checkpoint == e.checkpoint)
+    assert complete < deadline, f"complete {complete - deadline:.2f} s after the deadline\n{log}"
+    assert 0 < e.seconds_left <= deadline - complete
+    assert len({checkpoint for checkpoint, _ in synced}) >= 3, log  # the slow-down ran
+    assert _last_record(str(tmp_path / "pt"))["deadline_seconds_left"] == round(
+        e.seconds_left, 2)
 
 
 def test_sigterm_watcher_sets_the_flag_and_restores_the_handler():
@@ -150,8 +230,9 @@ def test_sigterm_watcher_sets_the_flag_and_restores_the_handler():
     with PreemptionWatcher() as watcher:
         assert not bool(watcher.stop_requested.numpy())
         os.kill(os.getpid(), signal.SIGTERM)
-        deadline = time.time() + 5
-        while not bool(watcher.stop_requested.numpy()) and time.time() < deadline:
+        # The helper thread sets the flag as soon as it runs; the bound only ends a hang.
+        give_up = time.monotonic() + 120
+        while not bool(watcher.stop_requested.numpy()) and time.monotonic() < give_up:
             time.sleep(0.01)
         assert bool(watcher.stop_requested.numpy())
         assert watcher.requested == "SIGTERM"

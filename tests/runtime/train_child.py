@@ -11,7 +11,11 @@ SPEC (JSON):
   batch_log: append one line per training step: a hash of the step's input_ids (written
     inside the step, so it records what was consumed, not what was prefetched). A line
     "START" is appended first.
-  step_sleep: seconds each training step also sleeps (lets a test hit a moment in time).
+  step_sleep: seconds each training step also sleeps.
+  hold_at_step: n: this process's n-th training step (its hash logged) does not end until
+    the process gets SIGTERM (it then ends, and the loop stops before the next step) or is
+    killed: a test acts at that exact step, however fast or slow the machine. Needs
+    batch_log.
 
 Exit codes: 0 done; runexp.runtime.preemption's codes when a run raised Preempted (75) or
 DeadlineReached (124).
@@ -20,17 +24,39 @@ DeadlineReached (124).
 import json
 import os
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
-def _log_batches(path: str, step_sleep: float) -> None:
+# A held step goes on by itself after this long: a child a test forgot does not hang forever.
+HOLD_LIMIT_S = 600.0
+
+
+def _log_batches(path: str, step_sleep: float, hold_at_step: int = 0) -> None:
     import tensorflow as tf
 
+    from runexp.runtime import preemption
     from runexp.runtime.model import BertPretrainer
 
     original = BertPretrainer.loss_stats
+    steps, sigterm = [0], threading.Event()
+    request = preemption.PreemptionWatcher._request
+
+    def on_request(self, signum):  # the watcher's thread: the stop flag is set, then this
+        request(self, signum)
+        sigterm.set()
+
+    preemption.PreemptionWatcher._request = on_request
+
+    def after_step():
+        steps[0] += 1
+        if step_sleep:
+            time.sleep(step_sleep)
+        if steps[0] == hold_at_step:
+            sigterm.wait(HOLD_LIMIT_S)
+        return 0
 
     def loss_stats(self, features, training=False):
         if training:
@@ -38,8 +64,8 @@ def _log_batches(path: str, step_sleep: float) -> None:
             digest = tf.strings.to_hash_bucket_fast(tf.strings.reduce_join(ids, separator=","),
                                                     2 ** 62)
             tf.print(digest, output_stream=f"file://{path}")
-            if step_sleep:
-                tf.py_function(lambda: time.sleep(step_sleep) or 0, [], [tf.int32])
+            if step_sleep or hold_at_step:
+                tf.py_function(after_step, [], [tf.int32])
         return original(self, features, training)
 
     BertPretrainer.loss_stats = loss_stats
@@ -60,7 +86,8 @@ def main(spec_path: str) -> int:
     if spec.get("batch_log"):
         with open(spec["batch_log"], "a") as f:
             f.write("START\n")
-        _log_batches(spec["batch_log"], float(spec.get("step_sleep") or 0.0))
+        _log_batches(spec["batch_log"], float(spec.get("step_sleep") or 0.0),
+                     int(spec.get("hold_at_step") or 0))
 
     import importlib
 

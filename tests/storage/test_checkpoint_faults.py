@@ -174,7 +174,7 @@ class Hold:
 
     def __call__(self, method, path):
         self.arrived.set()
-        self.released.wait(timeout=120)
+        self.released.wait(timeout=600)  # only ends a hang: the test releases it
         return 503, b'{"error": {"code": 503, "message": "held, then dropped"}}'
 
 
@@ -184,7 +184,8 @@ def kill_when_held(experiment: Experiment, hold: Hold, **params) -> float:
     t0 = time.monotonic()
     child = experiment.spawn(**params)
     try:
-        assert hold.arrived.wait(timeout=180), (
+        # Only ends a hang: the child starts TensorFlow and trains to its second checkpoint.
+        assert hold.arrived.wait(timeout=600), (
             f"the held request never came; child:\n{experiment.child_log()}")
         child.kill()
         child.wait(timeout=30)
@@ -312,3 +313,36 @@ def test_keep_last_k_never_deletes_the_only_complete_checkpoint(experiment):
     experiment.resume(from_step=2, keep_checkpoints=1)
     report("newest checkpoint's upload fails with keep-last-1", redone=2, failed_run=failed,
            resume=time.monotonic() - t1)
+
+
+def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(experiment,
+                                                                          monkeypatch):
+    """The wall-time budget on gs://: every upload is slowed down, so a checkpoint takes far
+    longer than a local save. The stop is planned from this run's checkpoints, uploads
+    included: the last one is committed in the bucket before the deadline."""
+    from runexp.runtime import executor
+
+    t0 = time.monotonic()
+    assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
+    startup = time.monotonic() - t0  # a budget is a multiple of it: a busy machine's longer
+    committed_at = []  # when the bucket answered each upload of the checkpoint pointer
+
+    def note(status, headers, body):
+        committed_at.append(time.time())
+        return status, headers, body
+
+    proxy = experiment.proxy
+    proxy.rewrite(note, times=10 ** 6, match="upload", key=r"/checkpoints/checkpoint$")
+    proxy.hook(lambda method, path: time.sleep(0.3), times=10 ** 6, match="upload")
+    deadline = time.time() + 2 * startup + 5.0
+    monkeypatch.setenv(executor.DEADLINE_ENV, str(deadline))
+    assert experiment.run(train_steps=100_000) == 124, experiment.output[-3000:]
+    assert committed_at and max(committed_at) < deadline, (
+        f"committed {max(committed_at) - deadline:.2f} s after the deadline")
+    last = experiment.committed()[-1]
+    assert last > 2 and f"at step {last}; latest checkpoint" in experiment.output
+    assert "before the deadline" in experiment.output
+    record = json.loads(storage.read_text(f"{experiment.stage_uri}/train_log.jsonl")
+                        .splitlines()[-1])
+    assert record["event"] == "deadline_stop" and record["step"] == last
+    assert 0 < record["deadline_seconds_left"] <= deadline - max(committed_at) + 0.01  # rounding

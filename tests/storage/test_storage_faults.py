@@ -3,15 +3,50 @@ loopback emulator injects them; storage must retry what is transient, give up wi
 budget with a clear error, and never take corrupt or partial data for good.
 
 Each test prints one line "FAULT <scenario>: ..." with the retries made and the seconds lost
-(run with -s to see them); ``fast_retries`` shrinks the backoff to milliseconds."""
+(run with -s to see them); ``fast_retries`` shrinks the backoff to milliseconds.
+
+Time budgets are checked on the retry loop's own clock (``retry_clock``): its waits are
+counted, not slept, so a slow machine neither fails them nor a fast one hides a wrong wait.
+Timeouts are derived from a request timed in the test itself."""
 
 import json
 import os
+import sys
+import threading
 import time
 
 import pytest
 
 from runexp.runtime import storage
+
+
+class RetryClock:
+    """Stands in for the retry module's ``time``: ``sleep`` is counted, not slept, and
+    ``monotonic`` is the real clock plus the waits so far (an attempt still takes the real
+    time it takes)."""
+
+    def __init__(self):
+        self.waits: list[float] = []
+        self.ends: list[float] = []  # when each wait ended, on this clock
+        self.first: float | None = None  # the first reading: when the first attempt started
+        self.last: float | None = None  # the latest reading (the one a wait was decided on)
+
+    def monotonic(self) -> float:
+        self.last = time.monotonic() + sum(self.waits)
+        if self.first is None:
+            self.first = self.last
+        return self.last
+
+    def sleep(self, seconds: float) -> None:
+        self.ends.append(self.last + seconds)
+        self.waits.append(seconds)
+
+
+@pytest.fixture
+def retry_clock(monkeypatch):
+    clock = RetryClock()
+    monkeypatch.setattr(sys.modules[storage.RetryPolicy.__module__], "time", clock)
+    return clock
 
 
 def report(scenario: str, started: float) -> storage.RetryStats:
@@ -34,7 +69,7 @@ def test_429_storm_shorter_than_the_budget_succeeds(fault_proxy, fast_retries, g
 
 
 def test_storm_longer_than_the_budget_fails_naming_the_uri(fault_proxy, fast_retries,
-                                                          gcs_prefix):
+                                                          gcs_prefix, retry_clock):
     uri = storage.join(gcs_prefix, "ckpt/ckpt-7.index")
     fault_proxy.fail(503, times=100)
     t0 = time.monotonic()
@@ -46,10 +81,14 @@ def test_storm_longer_than_the_budget_fails_naming_the_uri(fault_proxy, fast_ret
     assert info.value.uri == uri
     assert stats.retries == 5 and stats.gave_up == 1
     assert fault_proxy.pending() == 100 - 6
-    assert time.monotonic() - t0 < fast_retries.deadline
+    # Five waits, each within its jittered backoff: the tries ran out, not the time.
+    assert len(retry_clock.waits) == 5
+    for n, wait in enumerate(retry_clock.waits, 1):
+        full = min(fast_retries.max_delay, fast_retries.initial_delay * 2 ** (n - 1))
+        assert 0.5 * full <= wait <= full
 
 
-def test_deadline_bounds_the_time_spent(fault_proxy, gcs_prefix):
+def test_deadline_bounds_the_time_spent(fault_proxy, gcs_prefix, retry_clock):
     previous = storage.set_retry_policy(storage.RetryPolicy(
         max_tries=100, initial_delay=0.2, multiplier=2.0, max_delay=1.0, deadline=1.5))
     storage.reset_retry_stats()
@@ -58,9 +97,11 @@ def test_deadline_bounds_the_time_spent(fault_proxy, gcs_prefix):
         t0 = time.monotonic()
         with pytest.raises(storage.RetryBudgetExceeded, match="1.5s"):
             storage.read_bytes(storage.join(gcs_prefix, "anything"))
-        elapsed = time.monotonic() - t0
-        report("503 storm on read, 1.5 s deadline (gives up)", t0)
-        assert elapsed < 1.5 + 0.5
+        stats = report("503 storm on read, 1.5 s deadline (gives up)", t0)
+        # The deadline, not the tries, ended it; no wait ended past the deadline (so no
+        # attempt started after it), on the retry loop's clock.
+        assert stats.gave_up == 1 and 1 <= len(retry_clock.waits) < 99
+        assert max(retry_clock.ends) - retry_clock.first <= 1.5 + 1e-9
     finally:
         storage.set_retry_policy(previous)
 
@@ -147,16 +188,25 @@ def test_connection_reset_mid_download_recovers(fault_proxy, fast_retries, gcs_p
 def test_timeout_is_retried(fault_proxy, gcs_prefix):
     uri = storage.join(gcs_prefix, "slow")
     storage.write_text(uri, "eventually")
+    # The timeout: far longer than a read takes here and now, so only the stalled one
+    # times out however slow the machine.
+    t0 = time.monotonic()
+    storage.read_text(uri)
+    timeout = max(1.0, 20 * (time.monotonic() - t0))
     previous = storage.set_retry_policy(storage.RetryPolicy(
-        max_tries=3, initial_delay=0.01, max_delay=0.05, timeout=1.0))
+        max_tries=3, initial_delay=0.01, max_delay=0.05, timeout=timeout))
     storage.reset_retry_stats()
+    released = threading.Event()
     try:
-        fault_proxy.hook(lambda method, path: time.sleep(2.5), match="download")
+        # The server stalls the first read until the test is over: past any timeout.
+        fault_proxy.hook(lambda method, path: released.wait(10 * timeout) and None,
+                         match="download")
         t0 = time.monotonic()
         assert storage.read_text(uri) == "eventually"
-        stats = report("server stalls 2.5 s on a read, 1 s timeout", t0)
+        stats = report(f"server stalls a read, {timeout:.1f} s timeout", t0)
         assert stats.by_error == {"ReadTimeout": 1}
     finally:
+        released.set()
         storage.set_retry_policy(previous)
 
 

@@ -78,7 +78,9 @@ def test_glob(gcs_prefix):
         f"{root}/d/train.tfrecord-00000-of-00002", f"{root}/d/train.tfrecord-00001-of-00002"]
     assert storage.glob(f"{root}/d/*.tfrecord-0000?-of-00001") == [
         f"{root}/d/eval.tfrecord-00000-of-00001"]
-    assert storage.glob(f"{root}/d/*.json") == [f"{root}/d/info.json", f"{root}/d/sub/x.json"]
+    # compiler/globs.py: * stays within one directory, ** spans them.
+    assert storage.glob(f"{root}/d/*.json") == [f"{root}/d/info.json"]
+    assert storage.glob(f"{root}/d/**/*.json") == [f"{root}/d/info.json", f"{root}/d/sub/x.json"]
     assert storage.glob(f"{root}/d/info.json") == [f"{root}/d/info.json"]
     assert storage.glob(f"{root}/nothing/*") == []
     with pytest.raises(ValueError, match="bucket"):

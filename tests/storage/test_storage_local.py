@@ -40,7 +40,9 @@ def test_glob(tmp_path):
         storage.write_text(storage.join(root, rel), "x")
     assert storage.glob(f"{root}/d/train.tfrecord-*") == [
         f"{root}/d/train.tfrecord-00000-of-00002", f"{root}/d/train.tfrecord-00001-of-00002"]
-    assert storage.glob(f"{root}/d/*.json") == [f"{root}/d/info.json", f"{root}/d/sub/x.json"]
+    # compiler/globs.py: * stays within one directory, ** spans them.
+    assert storage.glob(f"{root}/d/*.json") == [f"{root}/d/info.json"]
+    assert storage.glob(f"{root}/d/**/*.json") == [f"{root}/d/info.json", f"{root}/d/sub/x.json"]
     assert storage.glob(f"{root}/d/info.json") == [f"{root}/d/info.json"]
     assert storage.glob(f"{root}/nothing/*") == []
 

@@ -63,7 +63,7 @@ def test_samples_are_capped_and_merge_in_file_order(tmp_path):
 
 def test_shards_count_each_issue_once_and_empty_documents(tmp_path, wordpiece_dir):
     files = write_bad_files(tmp_path)
-    config = PretrainingConfig(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1)
+    config = PretrainingConfig.of(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=1)
     total = ShardStats()
     for shard in range(3):
         _, stats = build_shard(files, wordpiece_dir, config, "train", shard, 3)

@@ -15,7 +15,8 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from runexp.tasks.dynamic_masking import DynamicMasking, mask_batch  # noqa: E402
+from runexp.tasks.dynamic_masking import mask_batch  # noqa: E402
+from runexp.tasks.masking import MaskingConfig  # noqa: E402
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats,  # noqa: E402
                                              cached_tokenizer, iter_shard_batches)
 
@@ -24,7 +25,7 @@ Z = 3.29  # two-sided 99.9% normal quantile
 
 
 def build(corpus_file, vocab_dir, **params):
-    config = PretrainingConfig(max_seq_length=MAX_LEN, max_predictions_per_seq=MAX_PRED,
+    config = PretrainingConfig.of(max_seq_length=MAX_LEN, max_predictions_per_seq=MAX_PRED,
                                random_seed=5, **params)
     batches = list(iter_shard_batches([corpus_file], vocab_dir, config, "train", 0, 1,
                                       ShardStats()))
@@ -32,7 +33,7 @@ def build(corpus_file, vocab_dir, **params):
 
 
 def mask_all(features, config: PretrainingConfig, vocab_dir, key=11, first_position=0):
-    spec = DynamicMasking.from_dict(config.masking_spec(cached_tokenizer(vocab_dir)))
+    spec = MaskingConfig.from_json(config.masking_spec(cached_tokenizer(vocab_dir)))
     n = len(features["input_ids"])
     seeds = np.stack([np.full(n, key), first_position + np.arange(n)], axis=1).astype(np.int64)
     fn = tf.function(lambda f, s: mask_batch(f, s, spec))
@@ -71,7 +72,7 @@ def unmask(features):
 def test_unmasked_split_is_the_static_one_before_masking(outputs):
     static, unmasked, _, _, _ = outputs
     unmasked = {k: v[:len(v) // 4] for k, v in unmasked.items()}
-    assert len(unmasked["input_ids"]) == len(static["input_ids"]) > 900  # one pass
+    assert len(unmasked["input_ids"]) == len(static["input_ids"]) > 500  # one pass (~900 here)
     for name in ("input_mask", "segment_ids", "next_sentence_labels"):
         np.testing.assert_array_equal(unmasked[name], static[name], err_msg=name)
     assert not unmasked["masked_lm_weights"].any() and not unmasked["masked_lm_ids"].any()
@@ -139,14 +140,14 @@ def test_dynamic_masks_have_the_static_statistics(outputs):
 
 def test_mask_is_a_function_of_the_seed_pair_alone(outputs, wordpiece_dir):
     _, unmasked, _, _, wwm = outputs
-    config = PretrainingConfig(max_seq_length=MAX_LEN, max_predictions_per_seq=MAX_PRED,
+    config = PretrainingConfig.of(max_seq_length=MAX_LEN, max_predictions_per_seq=MAX_PRED,
                                whole_word_masking=wwm, dynamic_masking=True)
     rows = {k: v[:64] for k, v in unmasked.items()}
     a = mask_all(rows, config, wordpiece_dir, first_position=1000)
     again = mask_all(rows, config, wordpiece_dir, first_position=1000)
     # The same rows in reverse order with their seeds: each row's mask moves with it.
     reverse = {k: v[::-1] for k, v in rows.items()}
-    spec = DynamicMasking.from_dict(config.masking_spec(cached_tokenizer(wordpiece_dir)))
+    spec = MaskingConfig.from_json(config.masking_spec(cached_tokenizer(wordpiece_dir)))
     seeds = np.stack([np.full(64, 11), 1000 + np.arange(64)[::-1]], axis=1)
     eager = mask_batch({k: tf.constant(v) for k, v in reverse.items()}, tf.constant(seeds), spec)
     other = mask_all(rows, config, wordpiece_dir, first_position=2000)

@@ -15,7 +15,7 @@ from runexp.tasks.records import shard_path
 @pytest.fixture(scope="module")
 def data_dir(small_corpus, wordpiece_dir, tmp_path_factory):
     out = str(tmp_path_factory.mktemp("inspect"))
-    config = PretrainingConfig(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1,
+    config = PretrainingConfig.of(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1,
                                random_seed=4)
     files = (os.path.join(small_corpus, "heldout.txt"),)
     for shard in range(2):

@@ -11,6 +11,7 @@ LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "spm_vocab", "t
 def test_light_modules_do_not_import_tensorflow_or_seqio():
     code = ("import sys\n"
             + "".join(f"import runexp.tasks.{m}\n" for m in LIGHT)
+            + "from runexp.tasks import register\n"
             + "import runexp.runtime.stages.corpus, runexp.runtime.stages.vocab, "
               "runexp.runtime.stages.preprocess\n"
             + "heavy = [m for m in ('tensorflow', 'seqio') if m in sys.modules]\n"

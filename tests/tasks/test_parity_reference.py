@@ -220,7 +220,7 @@ def both_outputs(parity_corpus, wordpiece_dir, tmp_path_factory):
                                              vocab_dir=wordpiece_dir))
     preprocess.run(StageContext(stage, Plan("t", str(out), (stage,)), str(ours_dir),
                                 progress=lambda m: None))
-    ours = parse_records(sorted(str(p) for p in ours_dir.glob("train.tfrecord-*")))
+    ours = parse_records(sorted(str(p) for p in ours_dir.rglob("train.tfrecord-*")))
     peer = parse_records([peer_file])
     mask_id = load_tokenizer(wordpiece_dir).mask_id
     seeds = [statistics(ours, mask_id)]

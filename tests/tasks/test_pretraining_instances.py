@@ -6,9 +6,10 @@ import random
 import numpy as np
 import pytest
 
+from runexp.compiler.specs import MaskingSpec
 from runexp.tasks.pretraining_instances import DocumentStore, truncation
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, build_shard,
-                                             cached_tokenizer, read_shard_documents)
+from runexp.tasks.pretraining_shards import (PretrainingConfig, build_shard, cached_tokenizer,
+                                             shard_documents)
 
 MAX_LEN, MAX_PRED = 128, 20
 
@@ -17,7 +18,7 @@ def config(**overrides):
     values = dict(max_seq_length=MAX_LEN, max_predictions_per_seq=MAX_PRED,
                   masked_lm_prob=0.15, dupe_factor=4, random_seed=7)
     values.update(overrides)
-    return PretrainingConfig(**values)
+    return PretrainingConfig.of(**values)
 
 
 def features(small_corpus, vocab_dir, **overrides):
@@ -115,9 +116,18 @@ def test_random_next_share(spm_features):
     assert 0.5 <= share < 0.6
 
 
-def test_short_sequences(small_corpus, spm_dir):
+def test_short_sequences(small_corpus, spm_dir, tmp_path):
+    # The target length is drawn per document and pass, so the slice's 45 whole modules give
+    # a share that moves by +-0.05 from seed to seed; its text cut into ~500 documents of at
+    # most 8 sentences moves by +-0.005.
+    from runexp.tasks.text_files import iter_documents
+    docs = []
+    for doc in iter_documents([os.path.join(small_corpus, "train.txt")]):
+        docs.extend("".join(line + "\n" for line in doc[i:i + 8]) for i in range(0, len(doc), 8))
+    (tmp_path / "train.txt").write_text("\n".join(docs), encoding="utf-8")
+
     def short_share(p):
-        out, _ = features(small_corpus, spm_dir, dupe_factor=2, short_seq_prob=p)
+        out, _ = features(str(tmp_path), spm_dir, dupe_factor=2, short_seq_prob=p)
         return np.mean([sum(f["input_mask"]) < MAX_LEN // 2 for f in out]), len(out)
 
     none, n0 = short_share(0.0)
@@ -220,7 +230,7 @@ def test_ngram_masking_masks_runs_of_whole_words(small_corpus, wordpiece_dir):
 def test_sentence_order_prediction(small_corpus, spm_dir):
     tok = cached_tokenizer(spm_dir)
     files = [os.path.join(small_corpus, "train.txt")]
-    store = read_shard_documents(files, tok, 0, 1, ShardStats())
+    store = shard_documents(files, spm_dir, "train", 0, 1)
     text = store.tokens.tolist()
     out, stats = features(small_corpus, spm_dir, pair_objective="sop", dupe_factor=2,
                           short_seq_prob=0.0)
@@ -265,7 +275,7 @@ def test_document_store_drops_empty_sentences_and_documents():
 def test_rejects_unknown_pair_objective():
     with pytest.raises(ValueError, match="pair_objective"):
         PretrainingConfig.from_params({"pair_objective": "mlm_only"})
-    assert PretrainingConfig.from_params({"pair_objective": "sop", "ngram_max": 3}).ngram_max == 3
+    assert PretrainingConfig.from_params({"pair_objective": "sop", "ngram_max": 3}).masking.ngram_max == 3
     assert PretrainingConfig.from_params({}).pair_objective == "nsp"  # old plans
 
 
@@ -303,8 +313,8 @@ def test_vectorised_whole_word_selection_has_the_reference_distribution():
         for w in words:
             freq_batch[w] += 1
     groups = [(0, [x for x in word_of if word_of[x] == w]) for w in range(len(sizes))]
-    config = masking.MaskingConfig(0.15, 8, 100, 4, 2, 3, whole_word_masking=True,
-                                   word_start=word_start)
+    spec = MaskingSpec(max_predictions_per_seq=8, masked_lm_prob=0.15, whole_word_masking=True)
+    config = masking.MaskingConfig(spec, 100, 4, 2, 3, word_start=word_start)
     rng = random.Random(0)
     freq_loop = np.zeros(len(sizes))
     for _ in range(copies):

@@ -39,7 +39,7 @@ def test_bytes_equal_tensorflow_proto():
 
 
 def test_shard_records_parse_with_reference_spec(small_corpus, spm_dir, tmp_path):
-    config = PretrainingConfig(max_seq_length=L, max_predictions_per_seq=P, dupe_factor=1,
+    config = PretrainingConfig.of(max_seq_length=L, max_predictions_per_seq=P, dupe_factor=1,
                                random_seed=3)
     files = [os.path.join(small_corpus, "heldout.txt")]
     features, _ = build_shard(files, spm_dir, config, "validation", 0, 1)

@@ -68,8 +68,16 @@ def canonical(examples):
                   for e in examples)
 
 
-def test_dynamically_masked_task_reads_its_train_split_unmasked(small_corpus, spm_dir,
-                                                                tmp_path):
+def _unmasked(example):
+    """The example's input_ids with its masked positions restored, and no masks."""
+    ids = example["input_ids"].copy()
+    chosen = example["masked_lm_weights"] > 0
+    ids[example["masked_lm_positions"][chosen]] = example["masked_lm_ids"][chosen]
+    return {"input_ids": ids, "segment_ids": example["segment_ids"]}
+
+
+def test_dynamically_masked_task_masks_its_train_split_after_the_cache(small_corpus, spm_dir,
+                                                                       tmp_path):
     stage = preprocess_stage(small_corpus, spm_dir, str(tmp_path))
     stage = Stage(id=stage.id, kind="preprocess", output_dir=stage.output_dir,
                   params=dict(stage.params, task="runexp_test_dynamic", dynamic_masking=True,
@@ -78,11 +86,20 @@ def test_dynamically_masked_task_reads_its_train_split_unmasked(small_corpus, sp
                                                                       "heldout.txt")]))
     run_preprocess(stage, tmp_path)
     task = seqio_tasks.register_pretraining_task_from_stage(stage)
-    kwargs = dict(split="train", sequence_length=None, shuffle=False)
+    kwargs = dict(split="train", sequence_length=None, shuffle=False, seed=4)
     cached = list(task.get_dataset(use_cached=True, **kwargs).as_numpy_iterator())
+    again = list(task.get_dataset(use_cached=True, **kwargs).as_numpy_iterator())
     uncached = list(task.get_dataset(use_cached=False, **kwargs).as_numpy_iterator())
-    assert len(cached) > 10 and canonical(cached) == canonical(uncached)
-    assert "word_starts" in cached[0] and not any(e["masked_lm_weights"].any() for e in cached)
+    # The masking preprocessor runs after the cache placeholder: masked either way, the
+    # same examples underneath, the same masks for the same seed and position.
+    assert len(cached) > 10 and canonical(map(_unmasked, cached)) == canonical(
+        map(_unmasked, uncached))
+    assert set(cached[0]) == set(task.output_features)  # word_starts used and dropped
+    assert all(e["masked_lm_weights"].sum() > 0 for e in cached)
+    assert canonical(cached) == canonical(again)
+    other = list(task.get_dataset(use_cached=True, **dict(kwargs, seed=5)).as_numpy_iterator())
+    assert canonical(map(_unmasked, other)) == canonical(map(_unmasked, cached))
+    assert canonical(other) != canonical(cached)
     validation = list(task.get_dataset(use_cached=True, split="validation", sequence_length=None,
                                        shuffle=False).as_numpy_iterator())
     assert "word_starts" not in validation[0]
@@ -129,3 +146,46 @@ def test_mixture_samples_its_tasks_by_rate(small_corpus, spm_dir, tmp_path):
         share = sum(x in member for x in first) / n
         band = 3.29 * (rate * (1 - rate) / n) ** 0.5  # binomial, 99.9%
         assert abs(share - rate) <= band, (share, rate, band)
+
+
+def test_register_reads_a_finished_experiments_cache_in_a_fresh_process(small_corpus, spm_dir,
+                                                                          tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from runexp.tasks.inspect import decode_example, record_files
+    from runexp.tasks.records import iter_records
+
+    root = tmp_path / "run"
+    stage = preprocess_stage(small_corpus, spm_dir, str(root / "preprocess.small_mlm"))
+    stage = Stage(id=stage.id, kind="preprocess", output_dir=stage.output_dir,
+                  params=dict(stage.params, task="runexp_test_registered"),
+                  inputs=stage.inputs)
+    os.makedirs(stage.output_dir)
+    plan = Plan("t", str(root), (stage,))
+    run_preprocess(stage, tmp_path)
+    (root / "plan.json").write_text(plan.to_json())
+    moved = tmp_path / "moved"  # an experiment read from elsewhere than it ran
+    shutil.copytree(root, moved)
+    shutil.rmtree(root)
+    code = (
+        "import json, sys\n"
+        "from runexp.tasks import register\n"
+        "names = register(sys.argv[1])\n"
+        "import seqio\n"
+        "task = seqio.get_mixture_or_task('runexp_test_registered')\n"
+        "ds = task.get_dataset(split='validation', sequence_length=None, use_cached=True,\n"
+        "                      shuffle=False)\n"
+        "ids = sorted(e['input_ids'].tolist() for e in ds.as_numpy_iterator())\n"
+        "print(json.dumps({'names': names, 'cache_dir': task.cache_dir, 'ids': ids}))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(moved)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["names"] == ["runexp_test_registered"]
+    assert got["cache_dir"] == str(moved / "preprocess.small_mlm" / "runexp_test_registered")
+    records = [decode_example(r) for r in iter_records(
+        record_files(str(moved / "preprocess.small_mlm"), "validation"))]
+    assert got["ids"] == sorted(r["input_ids"] for r in records) and len(records) > 10

@@ -3,7 +3,7 @@
 One client per endpoint (``STORAGE_EMULATOR_HOST`` honoured: anonymous credentials and a
 placeholder project, so no credential lookup can hang; otherwise Google's default chain,
 whose credentials are never printed, logged or put in error messages). Every call goes
-through ``gcs_call``: retried on transient errors (runtime/retry.py), permanent google errors
+through ``gcs_call``: retried on transient errors (retry.py), permanent google errors
 mapped onto Python's own. google-cloud-storage is imported on first use.
 """
 
@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import threading
 
-from runexp.runtime.paths import split_gcs
-from runexp.runtime.retry import retry_policy, short, with_retries
-from runexp.runtime.storage_errors import IntegrityError, StorageError
+from runexp.runtime.storage.errors import IntegrityError, StorageError
+from runexp.runtime.storage.paths import split_gcs
+from runexp.runtime.storage.retry import retry_policy, short, with_retries
 
 _client_lock = threading.Lock()
 _client_cache: tuple[str | None, object] | None = None  # (STORAGE_EMULATOR_HOST, client)
@@ -76,10 +76,11 @@ def translate(uri: str, exc: Exception) -> Exception:
     return exc
 
 
-def gcs_call(what: str, uri: str, attempt):
-    """``attempt()`` with retries; permanent google errors become Python's own (translate)."""
+def gcs_call(what: str, uri: str, attempt, policy=None):
+    """``attempt()`` with retries (``policy``, default the installed one); permanent google
+    errors become Python's own (translate)."""
     try:
-        return with_retries(what, uri, attempt)
+        return with_retries(what, uri, attempt, policy)
     except StorageError:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -95,13 +96,14 @@ def list_objects(prefix_uri: str):
     return list_objects_under(bucket, dir_key(key))
 
 
-def list_objects_under(bucket: str, key_prefix: str):
-    """[(uri, blob)] for every object whose key starts with ``key_prefix``."""
+def list_objects_under(bucket: str, key_prefix: str, policy=None):
+    """[(uri, blob)] for every object whose key starts with ``key_prefix``; each blob carries
+    the listing's metadata (size, generation, crc32c, md5)."""
     uri = f"gs://{bucket}/{key_prefix}"
-    t = retry_policy().timeout
+    t = (policy or retry_policy()).timeout
 
     def attempt():
         blobs = client().list_blobs(bucket, prefix=key_prefix or None, timeout=t, retry=None)
         return [(f"gs://{bucket}/{b.name}", b) for b in blobs if not b.name.endswith("/")]
 
-    return gcs_call("list", uri, attempt)
+    return gcs_call("list", uri, attempt, policy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from runexp.runtime.storage_errors import OutsideRootError
+from runexp.runtime.storage.errors import OutsideRootError
 
 GS_SCHEME = "gs://"
 

@@ -6,7 +6,10 @@ local paths). For a gs:// experiment the executor therefore gives each handler a
 
 - inputs on gs:// (upstream stage directories, corpus files) are downloaded, verified, into a
   cache directory first (`pull`); a mirrored stage directory is reused while its fingerprint
-  matches;
+  matches; a user's object (corpus file, vocab, released checkpoint) is the version the plan
+  listed (its generation, checked by crc32c; `InputChangedError` if it changed since), and
+  its cached copy is reused while it is that version: same generation and crc32c, and the
+  local file as it was downloaded (size, mtime);
 - the handler writes into a local work directory; a resumed training stage's starts as a
   copy of the remote one, less checkpoint files the pointer does not list (what a run killed
   mid-upload or mid-deletion left);
@@ -21,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
 import re
 import shutil
 
-from runexp.compiler import uris
+from runexp.compiler import globs, uris
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime import storage
 
@@ -47,6 +51,10 @@ class Mirror:
         self.plan = plan
         self.root = cache_root(plan.output_root)
         self._synced: dict[str, dict[str, tuple]] = {}
+        # What the plan listed of each gs:// input: the versions to read.
+        self._listed = {key: listing for stage in plan.stages
+                        for key, listing in (stage.input_objects or {}).items()
+                        if isinstance(listing, dict)}
 
     def local_dir(self, stage: Stage) -> str:
         return os.path.join(self.root, "stages", stage.id)
@@ -87,30 +95,21 @@ class Mirror:
             local = self.pull(stage)
             return os.path.join(local, *rest.split("/")) if rest else local
         # A user's file on gs:// (corpus, fine-tune data, a released checkpoint): download what
-        # it names into the input cache.
-        if any(c in value for c in "*?["):
-            matched = storage.glob(value)
-        elif self._is_object(value):
-            matched = [value]
-        else:
+        # it names into the input cache, in the versions the plan listed (listed now if the
+        # plan has no listing: compiled offline, or an older plan).
+        listing = self._listed.get(value)
+        if listing is None:
+            listing = {o["uri"]: o for o in storage.glob_objects(value)}
+            if not listing and not globs.has_magic(value):
+                listing = {o["uri"]: o for o in storage.glob_objects(globs.escape(value) + ".*")}
+        if not listing:
+            raise FileNotFoundError(f"{value} matches no object")
+        local = [self._download_input(uri, listing[uri]) for uri in sorted(listing)]
+        if not globs.has_magic(value) and value not in listing:
             # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
             # <prefix>.data-*; the local prefix stands for them.
-            matched = storage.glob(value + ".*")
-            if matched:
-                for uri in matched:
-                    self._download_input(uri)
-                return self._input_path(value)
-        if not matched:
-            raise FileNotFoundError(f"{value} matches no object")
-        return [self._download_input(uri) for uri in matched]
-
-    @staticmethod
-    def _is_object(uri: str) -> bool:
-        try:
-            storage.size(uri)
-            return True
-        except FileNotFoundError:
-            return False
+            return self._input_path(value)
+        return local
 
     def _input_path(self, uri: str) -> str:
         bucket, key = storage.split_gcs(uri)
@@ -121,10 +120,35 @@ class Mirror:
                                            "object, runexp will not copy it", uri)
         return os.path.join(self.root, "inputs", bucket, *key.split("/"))
 
-    def _download_input(self, uri: str) -> str:
+    def _stamp_path(self, uri: str) -> str:
+        bucket, key = storage.split_gcs(uri)
+        return os.path.join(self.root, "input-stamps", bucket, *key.split("/")) + ".json"
+
+    def _download_input(self, uri: str, version: dict) -> str:
+        """The local copy of one version of an object (``version``: its generation and
+        crc32c, from a listing): the cached one while it is that version and untouched,
+        else downloaded (``InputChangedError`` if the object is no longer that version)."""
         dest = self._input_path(uri)
-        if not (os.path.isfile(dest) and os.path.getsize(dest) == storage.size(uri)):
-            storage.download_file(uri, dest)
+        stamp_path = self._stamp_path(uri)
+        want = {"generation": version.get("generation"), "crc32c": version.get("crc32c")}
+        try:
+            with open(stamp_path, encoding="utf-8") as f:
+                stamp = json.load(f)
+            st = os.stat(dest)
+            if stamp.get("generation") is not None and stamp.get("crc32c") \
+                    and {k: stamp.get(k) for k in want} == want \
+                    and [stamp.get("size"), stamp.get("mtime_ns")] == [st.st_size,
+                                                                       st.st_mtime_ns]:
+                return dest
+        except (OSError, ValueError):
+            pass
+        if os.path.exists(stamp_path):
+            os.remove(stamp_path)  # no stamp, no reuse: never a copy of unknown version
+        storage.download_version(uri, dest, want["generation"], want["crc32c"])
+        st = os.stat(dest)
+        os.makedirs(os.path.dirname(stamp_path), exist_ok=True)
+        with open(stamp_path, "w", encoding="utf-8") as f:
+            json.dump({**want, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, f)
         return dest
 
     def local_stage(self, stage: Stage, resume: bool) -> Stage:

@@ -11,8 +11,11 @@ Semantics, the same for both backends:
   upload request (multipart up to 8 MiB, resumable above); GCS only creates the object when
   the upload completes.
 - ``list`` and ``delete_prefix`` take a *directory*: ``list("gs://b/exp")`` lists the objects
-  under ``exp/`` (never ``exp2/...``), recursively, as sorted URIs. ``glob`` matches
-  ``fnmatch`` patterns against whole keys (``*`` also matches ``/``).
+  under ``exp/`` (never ``exp2/...``), recursively, as sorted URIs. ``glob`` has runexp's
+  one glob semantics (compiler/globs.py), on local disk and on GCS alike: ``*``, ``?`` and
+  ``[...]`` never cross ``/``, ``**`` spans directories; a GCS pattern is answered by one
+  listing of the text before its first wildcard. ``glob_objects`` is the same listing with
+  each object's size, generation and crc32c: what the compiler fingerprints gs:// inputs by.
 - ``upload_dir`` / ``download_dir`` check every file after transfer: size and crc32c of the
   local file against what the server reports (md5 where crc32c is absent); a mismatch raises
   ``IntegrityError``.
@@ -26,32 +29,36 @@ Semantics, the same for both backends:
   placeholder project, so no credential lookup can hang. Otherwise credentials come from
   Google's default chain; they are never printed, logged or put in error messages.
 
-The parts live in small modules, re-exported here: storage_errors (the errors), paths (URIs,
+The parts live in small modules of this package, re-exported here: errors, paths (URIs,
 join, confined), retry (policy, backoff, stats), gcs_client (the client and its calls),
-local_files (atomic local writes), transfer (verified copies) and storage_preflight.
+local_files (atomic local writes), transfer (verified copies) and preflight. The package also
+holds mirror (local working copies of a gs:// experiment), which is not re-exported.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 
-from runexp.runtime.gcs_client import (blob_of, client, dir_key, gcs_call, list_objects,
-                                      list_objects_under)
-from runexp.runtime.local_files import atomic_write, walk_files
-from runexp.runtime.paths import GS_SCHEME, as_str, confined, is_gcs, join, split_gcs
-from runexp.runtime.retry import (RetryPolicy, RetryStats, reset_retry_stats, retry_policy,
-                                  retry_stats, set_retry_policy)
-from runexp.runtime.storage_errors import (IntegrityError, OutsideRootError,
-                                           RetryBudgetExceeded, StorageError)
-from runexp.runtime.storage_preflight import preflight
-from runexp.runtime.transfer import download_dir, download_file, upload_dir, upload_file
+from runexp.compiler import globs as _globs  # stdlib only
+from runexp.runtime.storage.errors import (InputChangedError, IntegrityError,
+                                           OutsideRootError, RetryBudgetExceeded, StorageError)
+from runexp.runtime.storage.gcs_client import (blob_of, client, dir_key, gcs_call,
+                                               list_objects, list_objects_under)
+from runexp.runtime.storage.local_files import atomic_write, walk_files
+from runexp.runtime.storage.paths import GS_SCHEME, as_str, confined, is_gcs, join, split_gcs
+# Binds the name ``preflight`` to the function, over the submodule of the same name.
+from runexp.runtime.storage.preflight import preflight
+from runexp.runtime.storage.retry import (RetryPolicy, RetryStats, reset_retry_stats,
+                                          retry_policy, retry_stats, set_retry_policy)
+from runexp.runtime.storage.transfer import (download_dir, download_file, download_version,
+                                             upload_dir, upload_file)
 
 __all__ = [
-    "GS_SCHEME", "IntegrityError", "OutsideRootError", "RetryBudgetExceeded", "RetryPolicy",
-    "RetryStats", "StorageError", "confined", "delete", "delete_prefix", "download_dir",
-    "download_file", "exists", "glob", "is_gcs", "join", "list", "preflight", "read_bytes",
+    "GS_SCHEME", "InputChangedError", "IntegrityError", "OutsideRootError",
+    "RetryBudgetExceeded", "RetryPolicy", "RetryStats", "StorageError", "confined", "delete",
+    "delete_prefix", "download_dir", "download_file", "download_version", "exists", "glob",
+    "glob_objects", "is_gcs", "join", "list", "object_info", "preflight", "read_bytes",
     "read_text", "reset_retry_stats", "retry_policy", "retry_stats", "set_retry_policy",
     "size", "split_gcs", "upload_dir", "upload_file", "write_bytes", "write_text",
 ]
@@ -151,21 +158,32 @@ def list(prefix_uri: str) -> list[str]:  # noqa: A001 - the interface's own name
 
 
 def glob(pattern_uri: str) -> list[str]:
-    """Files/objects whose whole path matches the ``fnmatch`` pattern, sorted.
-
-    Only the part before the first wildcard is used to narrow the listing.
-    """
+    """Files/objects the pattern matches (compiler/globs.py semantics), sorted."""
     pattern_uri = as_str(pattern_uri)
-    literal = _literal_prefix(pattern_uri)
     if not is_gcs(pattern_uri):
-        base = os.path.dirname(literal) if literal else ""
-        candidates = walk_files(base or ".", join_to=base)
-    else:
-        bucket, key = split_gcs(literal)
-        if "/" not in literal[len(GS_SCHEME):]:
-            raise ValueError(f"wildcards in the bucket name are not supported: {pattern_uri!r}")
-        candidates = (uri for uri, _ in list_objects_under(bucket, key))
-    return sorted(c for c in candidates if fnmatch.fnmatchcase(c, pattern_uri))
+        return _globs.expand_local(pattern_uri)
+    return [o["uri"] for o in glob_objects(pattern_uri)]
+
+
+def glob_objects(pattern_uri: str, policy: RetryPolicy | None = None) -> list[dict]:
+    """``[{"uri", "size", "generation", "crc32c"}]`` of the GCS objects the pattern matches
+    (compiler/globs.py semantics; a pattern without wildcards names one object), sorted by
+    URI, from one listing of the key text before the first wildcard. ``policy``: the retry
+    policy of that listing (default: the installed one)."""
+    pattern_uri = as_str(pattern_uri)
+    bucket, key_pattern = split_gcs(pattern_uri)
+    if _globs.has_magic(bucket):
+        raise ValueError(f"wildcards in the bucket name are not supported: {pattern_uri!r}")
+    listed = list_objects_under(bucket, _globs.literal_prefix(key_pattern), policy)
+    return [object_info(uri, blob) for uri, blob in listed
+            if _globs.match(key_pattern, uri[len(GS_SCHEME) + len(bucket) + 1:])]
+
+
+def object_info(uri: str, blob) -> dict:
+    """What identifies one version of an object: its URI, size, generation and crc32c."""
+    return {"uri": uri, "size": int(blob.size) if blob.size is not None else None,
+            "generation": int(blob.generation) if blob.generation is not None else None,
+            "crc32c": blob.crc32c}
 
 
 def delete_prefix(prefix_uri: str) -> int:
@@ -183,8 +201,3 @@ def delete_prefix(prefix_uri: str) -> int:
     for uri in uris:
         delete(uri, missing_ok=True)
     return len(uris)
-
-
-def _literal_prefix(pattern: str) -> str:
-    cut = min((i for i, ch in enumerate(pattern) if ch in "*?["), default=len(pattern))
-    return pattern[:cut]

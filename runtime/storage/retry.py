@@ -14,7 +14,7 @@ import random
 import threading
 import time
 
-from runexp.runtime.storage_errors import RetryBudgetExceeded
+from runexp.runtime.storage.errors import RetryBudgetExceeded
 
 
 @dataclasses.dataclass(frozen=True)

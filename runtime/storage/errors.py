@@ -1,4 +1,4 @@
-"""The errors of the storage layer (runtime/storage.py), shared by its modules."""
+"""The errors of the storage layer (runtime/storage/), shared by its modules."""
 
 from __future__ import annotations
 
@@ -21,3 +21,8 @@ class IntegrityError(StorageError):
 
 class OutsideRootError(StorageError):
     """A path or key would put output outside the experiment's output root."""
+
+
+class InputChangedError(StorageError):
+    """An input object is no longer the version the plan listed (overwritten or deleted
+    since): what was fingerprinted would not be what is read."""

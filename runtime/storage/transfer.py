@@ -9,11 +9,11 @@ import base64
 import os
 import tempfile
 
-from runexp.runtime.gcs_client import blob_of, gcs_call, list_objects
-from runexp.runtime.local_files import atomic_write, copy_into, walk_files
-from runexp.runtime.paths import as_str, is_gcs, join
-from runexp.runtime.retry import retry_policy
-from runexp.runtime.storage_errors import IntegrityError, StorageError
+from runexp.runtime.storage.errors import InputChangedError, IntegrityError, StorageError
+from runexp.runtime.storage.gcs_client import blob_of, client, gcs_call, list_objects
+from runexp.runtime.storage.local_files import atomic_write, copy_into, walk_files
+from runexp.runtime.storage.paths import as_str, is_gcs, join, split_gcs
+from runexp.runtime.storage.retry import retry_policy
 
 
 def upload_file(path: str, uri: str) -> None:
@@ -37,6 +37,29 @@ def download_file(uri: str, dest: str) -> None:
     else:
         atomic_write(dest, lambda f: copy_into(uri, f))
         _verify(dest, _local_checksums(dest), _local_checksums(uri))
+
+
+def download_version(uri: str, dest: str, generation: int | None,
+                     crc32c: str | None) -> None:
+    """Copy one version of a GCS object, the one a listing saw (``generation``, ``crc32c``),
+    to the local path ``dest``, checked like ``download_file``. ``InputChangedError`` when the
+    object is no longer that version (overwritten or deleted since the listing)."""
+    uri, dest = as_str(uri), as_str(dest)
+    bucket, key = split_gcs(uri)
+    blob = client().bucket(bucket).blob(key, generation=generation)
+    try:
+        gcs_call("stat", uri, lambda: blob.reload(timeout=retry_policy().timeout, retry=None))
+    except FileNotFoundError as exc:
+        raise InputChangedError(f"{uri} changed after the plan listed it (generation "
+                                f"{generation} is gone): run the same command again to plan "
+                                "with the current data", uri) from exc
+    if (generation is not None and blob.generation != generation) or \
+            (crc32c and blob.crc32c != crc32c):
+        raise InputChangedError(f"{uri} changed after the plan listed it (generation "
+                                f"{generation}, crc32c {crc32c}; now {blob.generation}, "
+                                f"{blob.crc32c}): run the same command again to plan with the "
+                                "current data", uri)
+    _download_file_verified(blob, uri, dest)
 
 
 def upload_dir(local_dir: str, uri_prefix: str) -> list[str]:

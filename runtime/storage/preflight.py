@@ -8,9 +8,9 @@ import dataclasses
 import os
 import uuid
 
-from runexp.runtime.gcs_client import client
-from runexp.runtime.paths import as_str, is_gcs, join, split_gcs
-from runexp.runtime.retry import error_label, retry_policy, with_retries
+from runexp.runtime.storage.gcs_client import client
+from runexp.runtime.storage.paths import as_str, is_gcs, join, split_gcs
+from runexp.runtime.storage.retry import error_label, retry_policy, with_retries
 
 
 def preflight(uri_prefix: str, region: str | None = None,

@@ -1,0 +1,74 @@
+"""The parameter tables of docs/STAGES.md, made from the specs (a test keeps them equal).
+
+    python -m runexp.compiler.specs.docs --write docs/STAGES.md   # refresh the tables
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+from runexp.compiler.kinds import KINDS
+from runexp.compiler.specs.base import REQUIRED
+
+BEGIN = "<!-- params:{kind} (made by: python -m runexp.compiler.specs.docs) -->"
+END = "<!-- /params -->"
+
+
+def _value(value) -> str:
+    return "required" if value is REQUIRED else f"`{value!r}`"
+
+
+def params_table(kind: str) -> str:
+    """A markdown table of the kind's params: name, type, default, gin parameter, doc."""
+    spec, configurable = KINDS[kind].spec, KINDS[kind].configurable
+    rows = ["| param | type | default | set by | what |", "| --- | --- | --- | --- | --- |"]
+    for s in spec.settings():
+        p = s.param
+        kind_text = p.type + (" or None" if p.optional else "")
+        if p.choices:
+            kind_text = " \\| ".join(repr(c) for c in p.choices)
+        bounds = ", ".join(b for b in (
+            f"≥ {p.minimum:g}" if p.minimum is not None else "",
+            f"≤ {p.maximum:g}" if p.maximum is not None else "") if b)
+        if s.gin is None:
+            source = "derived"
+        elif not s.planned:
+            source = "run time"
+        elif "." in s.gin:
+            source = f"`{s.gin}`"
+        else:
+            source = f"`{configurable}.{s.gin}`"
+        doc = p.doc + (f" ({bounds})" if bounds else "")
+        rows.append(f"| `{s.name}` | {kind_text} | {_value(p.default)} | {source} | {doc} |")
+    return "\n".join(rows)
+
+
+def refresh(text: str) -> str:
+    """``text`` with every generated table replaced by the current one."""
+    for kind in KINDS:
+        pattern = re.compile(re.escape(BEGIN.format(kind=kind)) + r"\n.*?" + re.escape(END),
+                             re.S)
+        text = pattern.sub(lambda _: f"{BEGIN.format(kind=kind)}\n{params_table(kind)}\n{END}",
+                           text)
+    return text
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
+    parser.add_argument("--write", metavar="FILE", help="refresh the tables in FILE")
+    args = parser.parse_args(argv)
+    if args.write:
+        with open(args.write, encoding="utf-8") as f:
+            text = f.read()
+        with open(args.write, "w", encoding="utf-8") as f:
+            f.write(refresh(text))
+        return 0
+    for kind in KINDS:
+        print(f"## {kind}\n\n{params_table(kind)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

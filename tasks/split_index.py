@@ -1,0 +1,482 @@
+"""A split's tokenised documents, read once: phase 1 of building pretraining shards.
+
+The split's files (sorted, concatenated) are cut into byte ranges of equal size, anywhere;
+``tokenize_range`` reads the lines that start in a range and tokenises them once, into a
+spill (token ids, 2 bytes each for vocabs up to 65,536 ids, and sentence lengths), counting
+every byte it reads. ``build_split_index`` joins the ranges into the split's index:
+documents stitched across range ends, and blocks of documents of ~1/4096 of the split (at
+most 2^18 tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
+(largest first, to the shard with the fewest tokens). ``SplitIndex`` serves a shard its
+documents and any document of the split (random next segments) by ``pread``.
+
+Light: no TensorFlow. Used by tasks/pretraining_shards.py (phase 2: instances).
+"""
+
+from __future__ import annotations
+
+import array
+import bisect
+import collections
+import dataclasses
+import hashlib
+import heapq
+import json
+import os
+import shutil
+import tempfile
+from typing import Sequence
+
+import numpy as np
+
+from runexp.tasks.pretraining_instances import DocumentStore, TokenSource
+from runexp.tasks.text_files import InputIssues, ReadCounter, _fix_line, iter_segment_lines
+from runexp.tasks.tokenizer import cached_tokenizer
+
+_LINES_PER_CALL = 4096
+
+
+def block_seed(seed: int, split: str, block: int) -> int:
+    """The seed of a block's instance plan: from (random_seed, split, block) alone."""
+    digest = hashlib.sha256(f"{seed}:{split}:block:{block}".encode()).digest()
+    return int.from_bytes(digest[:16], "little")
+
+
+
+SPILL_DIR = ".preprocess-spill"
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+
+
+def plan_ranges(sizes: Sequence[int], num_ranges: int) -> list[tuple[tuple[int, int, int], ...]]:
+    """Cuts the concatenation of files of ``sizes`` bytes into ``num_ranges`` ranges of
+    equal size, anywhere (lines are given to the range holding their first byte): each range
+    as its segments ``(file index, start, end)``. Empty files go to the range at their
+    position, so that their emptiness is seen."""
+    total = sum(sizes)
+    cuts = [total * k // num_ranges for k in range(num_ranges + 1)]
+    ranges: list[list[tuple[int, int, int]]] = [[] for _ in range(num_ranges)]
+    pos = 0
+    for f, size in enumerate(sizes):
+        r = min(bisect.bisect_right(cuts, pos) - 1, num_ranges - 1)  # the range holding pos
+        if size == 0:
+            ranges[r].append((f, 0, 0))
+            continue
+        while r < num_ranges and cuts[r] < pos + size:
+            start, end = max(cuts[r], pos), min(cuts[r + 1], pos + size)
+            if start < end:
+                ranges[r].append((f, start - pos, end - pos))
+            r += 1
+        pos += size
+    return [tuple(r) for r in ranges]
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeJob:
+    """Phase 1: tokenise the lines starting in one byte range of a split's files."""
+    files: tuple[str, ...]
+    vocab_dir: str
+    index_dir: str
+    index: int
+    segments: tuple[tuple[int, int, int], ...]
+
+
+@dataclasses.dataclass
+class RangeResult:
+    """What a range job reports (its tokens, sentence lengths and fragments are in files).
+
+    A fragment is a run of non-blank lines with no document break inside the range (a
+    break: a blank line, a file's start or end); a document is one fragment or, across
+    range ends, several. Issue samples and fragment lines count lines from each segment's
+    start (0-based): the parent makes them file line numbers once every range is done.
+    """
+    index: int
+    bytes_read: int
+    issues: InputIssues
+    segment_lines: list   # lines starting in each segment
+    segment_text: list    # whether each segment has a non-blank line
+    head_break: bool      # a break before the first fragment (no fragment: anywhere)
+    tail_open: bool       # the last fragment reaches the range's end
+    sentences: int
+    tokens: int
+
+
+def _range_path(index_dir: str, index: int, what: str) -> str:
+    return os.path.join(index_dir, f"range-{index:05d}.{what}")
+
+
+def tokenize_range(job: RangeJob) -> RangeResult:
+    """Phase 1 (a top-level function, for worker pools): reads the range's bytes once,
+    tokenises its lines and writes ``range-k.tokens`` (ids), ``range-k.lengths`` (int32 ids
+    per sentence: per non-empty line) and ``range-k.fragments.npy``."""
+    tokenizer = cached_tokenizer(job.vocab_dir)
+    dtype = token_dtype(tokenizer.vocab_size)
+    counter = ReadCounter()
+    issues = InputIssues()
+    frag_sentences: list[int] = []
+    frag_tokens: list[int] = []
+    frag_segment: list[int] = []
+    frag_line: list[int] = []
+    segment_lines: list[int] = []
+    segment_text: list[bool] = []
+    lines: list[str] = []
+    line_frag: list[int] = []
+    totals = [0, 0]  # sentences, tokens
+    head_break = False
+    broken = False   # a break since the last non-blank line
+    in_frag = False
+    with open(_range_path(job.index_dir, job.index, "tokens"), "wb") as tokens_out, \
+            open(_range_path(job.index_dir, job.index, "lengths"), "wb") as lengths_out:
+
+        def flush():
+            if not lines:
+                return
+            ids, counts = tokenizer.encode_lines(lines)
+            tokens_out.write(ids.astype(dtype, copy=False).tobytes())
+            kept = counts > 0
+            lengths_out.write(counts[kept].astype(np.int32).tobytes())
+            frags = np.asarray(line_frag, np.int64)
+            first = int(frags[0])
+            num = int(frags[-1]) - first + 1
+            sentences = np.bincount(frags[kept] - first, minlength=num)
+            tokens = np.bincount(frags - first, weights=counts, minlength=num)
+            for i in np.flatnonzero(sentences).tolist():
+                frag_sentences[first + i] += int(sentences[i])
+                frag_tokens[first + i] += int(tokens[i])
+            totals[0] += int(kept.sum())
+            totals[1] += len(ids)
+            lines.clear()
+            line_frag.clear()
+
+        for s, (f, start, end) in enumerate(job.segments):
+            path = job.files[f]
+            size = os.path.getsize(path)
+            if start == 0:
+                broken, in_frag = True, False  # a file's start
+            owned = 0
+            has_text = False
+            for k, line in iter_segment_lines(path, start, end, counter):
+                owned = k + 1
+                if line is None:
+                    has_text = True
+                    issues.note("giant_lines", path, k)
+                    continue
+                line = line.strip()
+                if not line:
+                    broken, in_frag = True, False
+                    continue
+                has_text = True
+                if not line.isascii():
+                    fixed = _fix_line(line)
+                    if fixed is not None:
+                        line = fixed
+                        issues.note("non_utf8_lines", path, k)
+                if not in_frag:
+                    if not frag_sentences:
+                        head_break = broken
+                    frag_sentences.append(0)
+                    frag_tokens.append(0)
+                    frag_segment.append(s)
+                    frag_line.append(k)
+                    in_frag = True
+                broken = False
+                lines.append(line)
+                line_frag.append(len(frag_sentences) - 1)
+                if len(lines) >= _LINES_PER_CALL:
+                    flush()
+            segment_lines.append(owned)
+            segment_text.append(has_text)
+            if end >= size:
+                broken, in_frag = True, False  # a file's end
+        flush()
+    if not frag_sentences:
+        head_break = broken
+    np.save(_range_path(job.index_dir, job.index, "fragments.npy"),
+            np.array([frag_sentences, frag_tokens, frag_segment, frag_line],
+                     np.int64).reshape(4, -1))
+    return RangeResult(job.index, counter.bytes, issues, segment_lines, segment_text,
+                       head_break, in_frag, totals[0], totals[1])
+
+
+# --- between the phases: the split's index ---------------------------------------------------
+
+BLOCKS_PER_SPLIT = 4096
+MAX_BLOCK_TOKENS = 1 << 18
+
+
+def _copy_into(out, path: str) -> None:
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(1 << 22)
+            if not chunk:
+                return
+            out.write(chunk)
+
+
+def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
+                      vocab_size: int) -> dict:
+    """Joins a split's ranges (in the parent, once every range is done) into its index:
+
+    - ``tokens.bin``: every token of the split; ``offsets.bin``: int64 token offset of every
+      sentence, with the end;
+    - ``documents.npy``: int64 first sentence of every document (those with a token), with
+      the end; documents are runs of non-blank lines, stitched across ranges;
+    - ``blocks.npy``: first document of every block, with the end; ``block_tokens.npy``:
+      tokens per block. A block is a run of documents of about ``total / BLOCKS_PER_SPLIT``
+      tokens (at most MAX_BLOCK_TOKENS): the unit of shard assignment and of instance seeds,
+      set by the text alone;
+    - ``meta.json``: counts, bad input (file line numbers), input bytes and bytes read.
+
+    The range files are deleted. Returns the meta.
+    """
+    jobs = sorted(jobs, key=lambda j: j.index)
+    results = sorted(results, key=lambda r: r.index)
+    index_dir = jobs[0].index_dir
+    files = jobs[0].files
+    # Lines are numbered per file: each segment's lines follow the ones of the segments
+    # before it in the same file.
+    line_base: dict[tuple[int, int], int] = {}
+    file_lines = [0] * len(files)
+    file_text = [False] * len(files)
+    for job, res in zip(jobs, results):
+        for s, (f, _, _) in enumerate(job.segments):
+            line_base[job.index, s] = file_lines[f]
+            file_lines[f] += res.segment_lines[s]
+            file_text[f] = file_text[f] or res.segment_text[s]
+    issues = InputIssues()
+    for job, res in zip(jobs, results):
+        segment_of = {files[f]: s for s, (f, _, _) in enumerate(job.segments)}
+        fixed = InputIssues()
+        fixed.counts = dict(res.issues.counts)
+        fixed.samples = {kind: [(p, line_base[job.index, segment_of[p]] + k + 1)
+                                for p, k in samples]
+                         for kind, samples in res.issues.samples.items()}
+        issues.add(fixed)
+    for f, path in enumerate(files):
+        if not file_text[f]:
+            issues.note("empty_files", path, 0)
+
+    doc_sentences: list[np.ndarray] = []
+    doc_tokens: list[np.ndarray] = []
+    empty_docs: list[tuple[str, int]] = []
+    open_doc = False
+    with open(os.path.join(index_dir, "tokens.bin"), "wb") as tokens_out, \
+            open(os.path.join(index_dir, "offsets.bin"), "wb") as offsets_out:
+        offsets_out.write(np.zeros(1, np.int64).tobytes())
+        token_base = 0
+        pending = None  # (sentences, tokens, first line) of a document still open
+        for job, res in zip(jobs, results):
+            _copy_into(tokens_out, _range_path(index_dir, job.index, "tokens"))
+            lengths = np.fromfile(_range_path(index_dir, job.index, "lengths"), np.int32)
+            for what in ("tokens", "lengths"):
+                os.remove(_range_path(index_dir, job.index, what))
+            offsets_out.write((token_base + np.cumsum(lengths, dtype=np.int64)).tobytes())
+            token_base += int(lengths.sum(dtype=np.int64))
+            frags = np.load(_range_path(index_dir, job.index, "fragments.npy"))
+            sentences, tokens, segment, line = frags
+            firsts = [(files[job.segments[s][0]], line_base[job.index, s] + k + 1)
+                      for s, k in zip(segment.tolist(), line.tolist())]
+            if not len(sentences):
+                if res.head_break and pending is not None:
+                    doc_sentences.append(np.array([pending[0]]))
+                    doc_tokens.append(np.array([pending[1]]))
+                    if not pending[0]:
+                        empty_docs.append(pending[2])
+                    pending = None
+                continue
+            if pending is not None:
+                if open_doc and not res.head_break:  # the open document goes on here
+                    sentences[0] += pending[0]
+                    tokens[0] += pending[1]
+                    firsts[0] = pending[2]
+                else:
+                    doc_sentences.append(np.array([pending[0]]))
+                    doc_tokens.append(np.array([pending[1]]))
+                    if not pending[0]:
+                        empty_docs.append(pending[2])
+            # The last fragment may go on in the next range: hold it back.
+            pending = (int(sentences[-1]), int(tokens[-1]), firsts[-1])
+            open_doc = res.tail_open
+            doc_sentences.append(sentences[:-1])
+            doc_tokens.append(tokens[:-1])
+            empty_docs.extend(firsts[i] for i in np.flatnonzero(sentences[:-1] == 0).tolist())
+            os.remove(_range_path(index_dir, job.index, "fragments.npy"))
+        if pending is not None:
+            doc_sentences.append(np.array([pending[0]]))
+            doc_tokens.append(np.array([pending[1]]))
+            if not pending[0]:
+                empty_docs.append(pending[2])
+    for path, line in sorted(empty_docs):
+        issues.note("empty_documents", path, line)
+    sentences = np.concatenate(doc_sentences or [np.zeros(0, np.int64)]).astype(np.int64)
+    tokens = np.concatenate(doc_tokens or [np.zeros(0, np.int64)]).astype(np.int64)
+    kept = sentences > 0
+    doc_starts = np.concatenate([[0], np.cumsum(sentences[kept])]).astype(np.int64)
+    doc_token_starts = np.concatenate([[0], np.cumsum(tokens[kept])]).astype(np.int64)
+    total_tokens = int(doc_token_starts[-1])
+    block_tokens = min(MAX_BLOCK_TOKENS, max(1, -(-total_tokens // BLOCKS_PER_SPLIT)))
+    key = doc_token_starts[:-1] // block_tokens
+    blocks = np.concatenate([[0], np.flatnonzero(np.diff(key)) + 1, [len(key)]]) \
+        if len(key) else np.zeros(1, np.int64)
+    np.save(os.path.join(index_dir, "documents.npy"), doc_starts)
+    np.save(os.path.join(index_dir, "blocks.npy"), blocks.astype(np.int64))
+    np.save(os.path.join(index_dir, "block_tokens.npy"),
+            np.diff(doc_token_starts[blocks]).astype(np.int64))
+    meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size).str,
+            "documents": int(kept.sum()), "sentences": int(doc_starts[-1]),
+            "tokens": total_tokens, "input_bytes": sum(os.path.getsize(p) for p in files),
+            "input_bytes_read": sum(r.bytes_read for r in results),
+            "issues": {"counts": issues.counts,
+                       "samples": {k: [list(s) for s in v] for k, v in issues.samples.items()}}}
+    with open(os.path.join(index_dir, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    return meta
+
+
+def assign_blocks(block_tokens: np.ndarray, num_shards: int) -> np.ndarray:
+    """The shard of every block: largest blocks first, each to the shard with the fewest
+    tokens so far (ties: the lower shard). Balances shards by tokens, and gives every shard
+    blocks from all over the split."""
+    shard_of = np.zeros(len(block_tokens), np.int64)
+    heap = [(0, s) for s in range(num_shards)]
+    for b in np.argsort(-np.asarray(block_tokens), kind="stable").tolist():
+        load, s = heapq.heappop(heap)
+        shard_of[b] = s
+        heapq.heappush(heap, (load + int(block_tokens[b]), s))
+    return shard_of
+
+
+def _pread_array(fd: int, dtype: np.dtype, start: int, count: int) -> np.ndarray:
+    data = os.pread(fd, count * dtype.itemsize, start * dtype.itemsize)
+    return np.frombuffer(data, dtype)
+
+
+class SpillSource(TokenSource):
+    """A split's tokens and sentence offsets read from its spill files, one ``pread`` per
+    window. (Not memory maps: page-cache folios of a megabyte or more would be mapped for
+    each random window, and a worker's resident memory would grow towards the spill's size.)
+    """
+
+    def __init__(self, tokens_fd: int, offsets_fd: int, dtype: np.dtype):
+        self._fds = (tokens_fd, offsets_fd)
+        self._dtype = dtype
+
+    @staticmethod
+    def _windows(fd: int, dtype: np.dtype, start: np.ndarray, width: int) -> np.ndarray:
+        size = width * dtype.itemsize
+        pread = os.pread
+        chunks = [pread(fd, size, s) for s in (start * dtype.itemsize).tolist()]
+        short = [i for i, c in enumerate(chunks) if len(c) != size]  # at the end of the file
+        for i in short:
+            chunks[i] = chunks[i] + bytes(size - len(chunks[i]))
+        return np.frombuffer(b"".join(chunks), dtype).reshape(len(chunks), width)
+
+    def offset_windows(self, first: np.ndarray, width: int) -> np.ndarray:
+        return self._windows(self._fds[1], np.dtype(np.int64), first, width)
+
+    def token_windows(self, start: np.ndarray, width: int) -> np.ndarray:
+        return self._windows(self._fds[0], self._dtype, start, width)
+
+
+class SplitIndex:
+    """A split's index (build_split_index), opened for building shards: the small arrays in
+    memory; tokens and sentence offsets read from the spill files as needed."""
+
+    def __init__(self, index_dir: str):
+        with open(os.path.join(index_dir, "meta.json")) as f:
+            self.meta = json.load(f)
+        self.doc_starts = np.load(os.path.join(index_dir, "documents.npy"))
+        self.blocks = np.load(os.path.join(index_dir, "blocks.npy"))
+        self.block_tokens = np.load(os.path.join(index_dir, "block_tokens.npy"))
+        self.dtype = np.dtype(self.meta["dtype"])
+        # Kept open: the local index deletes its directory at once.
+        self._files = [open(os.path.join(index_dir, name), "rb")
+                       for name in ("tokens.bin", "offsets.bin")]
+        self._split_doc_starts = None
+        self.read_here = False
+
+    def source(self) -> SpillSource:
+        return SpillSource(self._files[0].fileno(), self._files[1].fileno(), self.dtype)
+
+    @property
+    def split_doc_starts(self) -> array.array:
+        if self._split_doc_starts is None:
+            self._split_doc_starts = array.array("q", self.doc_starts.tobytes())
+        return self._split_doc_starts
+
+    def issues(self) -> InputIssues:
+        issues = InputIssues()
+        issues.counts = dict(self.meta["issues"]["counts"])
+        issues.samples = {k: [tuple(s) for s in v]
+                          for k, v in self.meta["issues"]["samples"].items()}
+        return issues
+
+    def shard_blocks(self, shard: int, num_shards: int) -> np.ndarray:
+        """The shard's blocks, in split order."""
+        return np.flatnonzero(assign_blocks(self.block_tokens, num_shards) == shard)
+
+    def shard_store(self, blocks: np.ndarray, seed: int, split: str
+                    ) -> tuple[DocumentStore, list[tuple]]:
+        """The blocks' documents, read into memory; and their plan blocks (plan_instances)."""
+        tokens_fd, offsets_fd = self._files[0].fileno(), self._files[1].fileno()
+        parts, sentence_starts, doc_starts, plan_blocks = [], [0], [0], []
+        tokens_so_far = 0
+        for b in blocks.tolist():
+            d0, d1 = int(self.blocks[b]), int(self.blocks[b + 1])
+            s0, s1 = int(self.doc_starts[d0]), int(self.doc_starts[d1])
+            offsets = _pread_array(offsets_fd, np.dtype(np.int64), s0, s1 - s0 + 1)
+            t0, t1 = int(offsets[0]), int(offsets[-1])
+            parts.append(_pread_array(tokens_fd, self.dtype, t0, t1 - t0))
+            first_sentence, first_doc = len(sentence_starts) - 1, len(doc_starts) - 1
+            sentence_starts.extend((offsets[1:] - t0 + tokens_so_far).tolist())
+            doc_starts.extend((self.doc_starts[d0 + 1:d1 + 1] - s0 + first_sentence).tolist())
+            plan_blocks.append((block_seed(seed, split, b), first_doc, first_doc + d1 - d0, d0))
+            tokens_so_far += t1 - t0
+        tokens = np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+        return DocumentStore.from_arrays(tokens, sentence_starts, doc_starts), plan_blocks
+
+
+_INDEXES: "collections.OrderedDict[tuple, SplitIndex]" = collections.OrderedDict()
+_MAX_CACHED_INDEXES = 4
+
+
+def open_index(index_dir: str) -> SplitIndex:
+    """The split index in ``index_dir`` (cached per process: workers build several shards)."""
+    with open(os.path.join(index_dir, "meta.json")) as f:
+        build = json.load(f)["build"]
+    return _cached((index_dir, build), lambda: SplitIndex(index_dir))
+
+
+def _cached(key, make) -> SplitIndex:
+    if key in _INDEXES:
+        _INDEXES.move_to_end(key)
+        return _INDEXES[key]
+    index = _INDEXES[key] = make()
+    index.read_here = True  # built by this call: its reads are this job's
+    while len(_INDEXES) > _MAX_CACHED_INDEXES:
+        _INDEXES.popitem(last=False)
+    return index
+
+
+def local_index(files: Sequence[str], vocab_dir: str) -> SplitIndex:
+    """The index of ``files``, built in this process (one range) in a temporary directory
+    that is deleted at once (its open memory maps keep the data); cached per process."""
+    stamps = []
+    for path in files:
+        st = os.stat(path)
+        stamps.append((path, st.st_size, st.st_mtime_ns))
+    tokenizer = cached_tokenizer(vocab_dir)
+    key = ("local", tuple(stamps), vocab_dir, id(tokenizer))
+
+    def make() -> SplitIndex:
+        tmp = tempfile.mkdtemp(prefix="runexp-index-")
+        try:
+            job = RangeJob(tuple(files), vocab_dir, tmp, 0, tuple(
+                (f, 0, size) for f, (_, size, _) in enumerate(stamps)))
+            build_split_index([job], [tokenize_range(job)], tokenizer.vocab_size)
+            return SplitIndex(tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    return _cached(key, make)

@@ -1,0 +1,49 @@
+"""compiler/wall_time.py: the automatic margin, the assumed checkpoint time and the expected
+last step of a wall-time budget."""
+
+import pytest
+
+from runexp.compiler import wall_time
+
+
+def test_default_margin_grows_with_the_budget_and_the_model():
+    base, large = 110_000_000, 335_000_000
+    assert wall_time.default_margin_s(12 * 3600, base) == pytest.approx(10 + 432 + 52.8)
+    assert wall_time.default_margin_s(3600, large) == pytest.approx(10 + 36 + 160.8)
+    assert (wall_time.default_margin_s(3600, base) < wall_time.default_margin_s(7200, base)
+            < wall_time.default_margin_s(7200, large))
+    # Unknown size: the size term is left out.
+    assert wall_time.default_margin_s(3600, None) == pytest.approx(46.0)
+
+
+def test_a_short_budget_keeps_three_quarters_for_training():
+    assert wall_time.default_margin_s(20.0, 50_000) == pytest.approx(5.0)
+    assert wall_time.default_margin_s(0.36, 110_000_000) == pytest.approx(0.09)
+    assert wall_time.default_margin_s(-1.0, 10) == 0.0
+
+
+def test_a_margin_set_in_gin_wins():
+    assert wall_time.margin_s(3600, 110_000_000, margin_minutes=2.5) == 150.0
+    assert wall_time.margin_s(3600, 110_000_000, margin_minutes=0) == 0.0
+    assert wall_time.margin_s(3600, None) == wall_time.default_margin_s(3600, None)
+
+
+def test_assumed_save_seconds():
+    assert wall_time.assumed_save_seconds(None) == 1.0
+    assert wall_time.assumed_save_seconds(110_000_000) == pytest.approx(1.0 + 1.32e9 / 50e6)
+
+
+def test_expected_last_step():
+    # 1000 s, 100 kept free, a final save of 10 s: 890 s for steps of 1 s and a save of
+    # 10 s every 100 steps (110 s per 100): 8 whole intervals (880 s) and 10 steps.
+    last = wall_time.expected_last_step(budget_s=1000, margin_s=100, step_seconds=1.0,
+                                        checkpoint_every=100, save_seconds=10.0)
+    assert last == 810
+    assert wall_time.expected_last_step(1000, 100, 1.0, 100, 10.0, start_step=5000) == 5810
+    assert wall_time.expected_last_step(1000, 100, 1.0, 100, 10.0, train_steps=700) == 700
+    # Room for a whole interval's steps but not its save: the interval's last step, whose
+    # checkpoint is the final one.
+    assert wall_time.expected_last_step(1000, 0, 1.0, 100, 10.0) == 900
+    assert wall_time.expected_last_step(100, 100, 1.0, 100, 10.0) == 0
+    with pytest.raises(ValueError, match="step_seconds"):
+        wall_time.expected_last_step(100, 10, 0.0, 100, 10.0)
