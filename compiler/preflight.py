@@ -41,21 +41,8 @@ def _local_root(root: str) -> list[str]:
 def _gcs_inputs(plan: Plan) -> list[str]:
     """gs:// inputs that are not stage outputs: files, globs and checkpoint prefixes."""
     root = plan.output_root.rstrip("/") + "/"
-    found = []
-
-    def walk(value):
-        if isinstance(value, dict):
-            for v in value.values():
-                walk(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                walk(v)
-        elif isinstance(value, str) and uris.is_gcs(value) and not value.startswith(root):
-            found.append(value)
-
-    for stage in plan.stages:
-        walk(stage.inputs)
-    return sorted(set(found))
+    return sorted({value for stage in plan.stages for value in uris.strings_in(stage.inputs)
+                   if uris.is_gcs(value) and not value.startswith(root)})
 
 
 def _check_inputs(storage, inputs: Iterable[str], listed: Optional[dict] = None) -> list[str]:

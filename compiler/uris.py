@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+from typing import Iterator
 
 from runexp.compiler import globs
 
@@ -50,3 +51,15 @@ def expand_local(pattern: str) -> list[str]:
     """Files a local glob matches, sorted (compiler/globs.py: the one glob semantics of
     runexp, shared with the text reader and gs:// listings)."""
     return globs.expand_local(pattern)
+
+
+def strings_in(value) -> Iterator[str]:
+    """Every string inside nested dicts, lists and tuples (a stage's inputs), in order."""
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from strings_in(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from strings_in(v)
+    elif isinstance(value, str):
+        yield value

@@ -24,19 +24,19 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 from runexp.compiler import uris  # noqa: E402
 from runexp.compiler.errors import UserError
+from runexp.compiler.exit_codes import (EXIT_INTERRUPTED, EXIT_OK, EXIT_STAGE_FAILED,
+                                        EXIT_USER_ERROR)
+from runexp.compiler.kinds import TF_KINDS, TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.compiler.render import SYMBOLS
-from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE,
-                                   TRAINING_KINDS, StageState, plan_states)
+from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE, StageState,
+                                   plan_states)
 from runexp.runtime.context import StageContext
 
-EXIT_OK, EXIT_USER_ERROR, EXIT_STAGE_FAILED, EXIT_INTERRUPTED = 0, 1, 3, 130
 SUPERSEDED_DIR = ".superseded"
 # Absolute time (time.time()) by which training stops with a checkpoint; set by the CLI from
 # experiment.wall_time_hours at the first launch, so relaunches share one budget.
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"
-# Stages whose handlers use TensorFlow (the others start faster without it).
-TF_KINDS = ("pretrain", "evaluate", "finetune", "export")
 
 
 def _say(message: str) -> None:
@@ -143,7 +143,7 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
                        _json(_started_record(stage)))
     view = stage  # what the handler sees: local paths, and the run's deadline if any
     deadline = os.environ.get(DEADLINE_ENV)
-    if deadline and stage.kind in ("pretrain", "finetune"):
+    if deadline and stage.kind in TRAINING_KINDS:
         view = dataclasses.replace(view, params={
             **view.params, "deadline_unix": float(deadline),
             "deadline_margin_s": _deadline_margin_s(plan, stage)})

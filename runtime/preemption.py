@@ -31,12 +31,8 @@ import threading
 
 import tensorflow as tf
 
-# EXIT_PREEMPTED = 75, sysexits.h EX_TEMPFAIL ("temporary failure; the user is invited to
-# retry"): a SIGTERM stopped training after a checkpoint; run_with_relaunch relaunches.
-# EXIT_DEADLINE = 124, GNU timeout's "the command timed out": the wall-time budget
-# (deadline_unix) was reached after a checkpoint; not relaunched: run the same command
-# again with a new budget. Defined in relaunch.py, which must not import TensorFlow.
-from runexp.runtime.relaunch import EXIT_DEADLINE, EXIT_PREEMPTED  # noqa: F401
+# Why these two codes: compiler/exit_codes.py.
+from runexp.compiler.exit_codes import EXIT_DEADLINE, EXIT_PREEMPTED
 
 
 class Preempted(Exception):

@@ -25,10 +25,8 @@ import sys
 import threading
 from typing import Callable
 
-# The same numbers as runexp.runtime.preemption (which imports TensorFlow; this module
-# must not).
-EXIT_PREEMPTED = 75
-EXIT_DEADLINE = 124
+from runexp.compiler.exit_codes import EXIT_DEADLINE, EXIT_PREEMPTED  # noqa: F401 (re-exported)
+
 # Longest wait between attempts, whatever backoff_s and the attempt number say.
 MAX_BACKOFF_S = 600.0
 

@@ -97,20 +97,8 @@ class PlanContext:
 
     def _listed(self, inputs: dict) -> dict:
         """The listing of every gs:// input of ``inputs`` that was fingerprinted by one."""
-        found: dict = {}
-
-        def walk(value):
-            if isinstance(value, dict):
-                for v in value.values():
-                    walk(v)
-            elif isinstance(value, (list, tuple)):
-                for v in value:
-                    walk(v)
-            elif isinstance(value, str) and value in self.gcs.listings:
-                found[value] = self.gcs.listings[value]
-
-        walk(inputs)
-        return found
+        return {value: self.gcs.listings[value] for value in uris.strings_in(inputs)
+                if value in self.gcs.listings}
 
     def file_digest(self, path: str) -> str:
         """One input file's fingerprint: a gs:// object by its listing, a local file by its

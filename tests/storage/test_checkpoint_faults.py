@@ -33,9 +33,9 @@ import time
 import pytest
 
 import checkpoint_run
+from runexp.compiler.exit_codes import EXIT_OK, EXIT_STAGE_FAILED
 from runexp.runtime import storage
 
-EXIT_OK, EXIT_STAGE_FAILED = 0, 3
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_run.py")
 _CHECKPOINT_FILE = re.compile(r"^(ckpt-(\d+))\.(index|data-(\d{5})-of-(\d{5}))$")
 
