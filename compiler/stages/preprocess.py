@@ -8,6 +8,7 @@ from runexp.compiler import uris
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import PreprocessSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
+from runexp.tasks.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
 
@@ -80,11 +81,9 @@ def check_dynamic_masking(ctx: PlanContext, task: str, p: dict) -> None:
 
 
 def auto_shards(ctx: PlanContext, train_uris: list) -> tuple[int, str]:
-    """Shards bound each worker's memory and set the parallelism (tasks/pretraining_shards.py
-    auto_num_shards). Decided here from the corpus size, not from the machine's cores, so
-    the output is the same anywhere."""
-    from runexp.tasks.pretraining_shards import auto_num_shards  # numpy, no TensorFlow
-
+    """Shards bound each worker's memory and set the parallelism (tasks/shard_count.py).
+    Decided here from the corpus size, not from the machine's cores, so the output is the
+    same anywhere."""
     size = 0
     for pattern in train_uris:
         if ctx.corpus_stage is not None and pattern.startswith(ctx.corpus_stage.output_dir):
