@@ -156,10 +156,32 @@ def _status(argv: Sequence[str]) -> int:
             line += " not done" + (f" (latest checkpoint: step {step} of "
                                    f"{stage.params.get('train_steps')})" if step else "")
             line += f": will be {PARTICIPLES[st.action]} ({st.reason})"
+            stop = _last_deadline_stop(read(f"{stage.output_dir}/train_log.jsonl"))
+            if step and stop is not None and stop.get("step") == step:
+                left = stop.get("deadline_seconds_left")
+                line += (f"\n      stopped at the wall-time budget: the checkpoint of step {step} "
+                         f"was complete {abs(left):.0f} s {'before' if left >= 0 else 'AFTER'} "
+                         "the deadline; run the same command again to continue")
         print(line)
     done = sum(1 for s in states.values() if s.action == REUSE)
     print(f"{done} of {len(states)} stages done.")
     return EXIT_OK if done == len(states) else EXIT_PENDING
+
+
+def _last_deadline_stop(text: Optional[str]) -> Optional[dict]:
+    """The last ``deadline_stop`` record of a training stage's train_log.jsonl, if any."""
+    import json
+
+    last = None
+    for line in (text or "").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a kill
+        if isinstance(record, dict) and record.get("event") == "deadline_stop" \
+                and record.get("deadline_seconds_left") is not None:
+            last = record
+    return last
 
 
 def _inspect(argv: Sequence[str]) -> int:

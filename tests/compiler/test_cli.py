@@ -95,3 +95,30 @@ def test_saved_plan_runs_as_is_and_is_refused_after_an_input_changed(write, mini
 def test_status_of_a_directory_without_an_experiment(tmp_path, capsys):
     assert main(["status", str(tmp_path)]) == 1
     assert "holds no runexp experiment (no plan.json)" in capsys.readouterr().err
+
+
+def test_status_of_a_run_stopped_by_its_wall_time_budget(tmp_path, capsys):
+    """The stop record the trainer writes (runtime/train_log.py) is what status reads."""
+    from runexp.compiler.planner import compile_experiment
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("One sentence.\nAnother.\n\nA second document.\n")
+    gin = tmp_path / "e.gin"
+    gin.write_text(f"include 'runs/pretrain.gin'\ninclude 'models/bert_tiny.gin'\n"
+                   f"OUTPUT_ROOT = '{tmp_path}/out'\nCORPUS_FILES = '{corpus}'\n")
+    plan = compile_experiment([str(gin)]).plan
+    os.makedirs(f"{tmp_path}/out/pretrain/checkpoints")
+    with open(f"{tmp_path}/out/plan.json", "w") as f:
+        f.write(plan.to_json())
+    with open(f"{tmp_path}/out/pretrain/checkpoints/checkpoint", "w") as f:
+        f.write('model_checkpoint_path: "ckpt-40"\n')
+    with open(f"{tmp_path}/out/pretrain/train_log.jsonl", "w") as f:
+        f.write(json.dumps({"step": 40, "loss": 7.1}) + "\n")
+        f.write(json.dumps({"step": 40, "event": "deadline_stop",
+                            "deadline_seconds_left": 12.4, "margin_s": 30.0}) + "\n")
+        f.write('{"step": 41, "loss"')  # a line cut by a kill is skipped
+    assert main(["status", f"{tmp_path}/out"]) == 2
+    out = capsys.readouterr().out
+    assert "not done (latest checkpoint: step 40 of 100000)" in out
+    assert ("stopped at the wall-time budget: the checkpoint of step 40 was complete 12 s "
+            "before the deadline; run the same command again to continue") in out
