@@ -4,8 +4,11 @@ hold on a busy machine (a shared CI runner, a notebook VM with neighbours).
     # the whole suite with two CPU-bound processes occupying both cores of a 2-core machine
     python bench/cpu_load.py -- .venv/bin/python -m pytest
     # the time-based tests, 5 times in a row, under the same load
-    python bench/cpu_load.py -- bash -c 'for i in 1 2 3 4 5; do
-        .venv/bin/python -m pytest -q tests/runtime/test_trainer.py || exit 1; done'
+    python bench/cpu_load.py -- bash -c 'for i in 1 2 3 4 5; do .venv/bin/python -m pytest -q \
+        tests/runtime/test_trainer.py tests/runtime/test_stop_planner.py \
+        tests/compiler/test_wall_time.py tests/runtime/test_preemption.py \
+        tests/runtime/test_relaunch.py tests/storage/test_storage_faults.py \
+        tests/storage/test_checkpoint_faults.py || exit 1; done'
     # just the load, for 10 minutes (or until Ctrl-C / SIGTERM)
     python bench/cpu_load.py --procs 2 --seconds 600
 

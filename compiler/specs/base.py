@@ -64,7 +64,8 @@ def setting(default: Any, doc: str, *, gin: Optional[str] = "", minimum: Optiona
       gin: the gin parameter that sets it: "" for the field's own name on the spec's
         configurable, another name (`"steps"`), `"configurable.param"` for a value bound on
         another configurable, or None when the planner derives it (no gin parameter).
-      minimum, maximum, choices: checked by the compiler (inclusive bounds).
+      minimum, maximum, choices: inclusive bounds and allowed values, checked by the compiler
+        (with file and line) and again when a handler parses a plan.
       mixture: "same" when every task of a mixture must agree on it; "same_if_dynamic" when
         they must agree if they mask at training time. The text after ":" says why.
       planned: False for values the runtime adds (never in a plan or a fingerprint).
