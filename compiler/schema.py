@@ -46,8 +46,8 @@ CONFIGURABLES: dict[str, Configurable] = {
                                       "stage."),
     "bert_pretraining_task": _configurable(
         PreprocessSpec, "A seqio task of BERT pretraining examples.", scoped=True,
-        train_files=Param("str_list", doc="globs: one sentence per line, blank line between "
-                                          "documents"),
+        train_files=Param("str_list", [], doc="globs of the text (sentence_lines, paragraphs, "
+                                              "jsonl) or TFRecord (bert_tfrecord) files"),
         validation_files=Param("str_list", [], doc="held-out globs for evaluation")),
     "bert_pretraining_mixture": _configurable(
         MixtureSpec, "A seqio mixture of bert_pretraining_tasks, sampled by rate.", scoped=True),

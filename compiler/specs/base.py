@@ -165,6 +165,12 @@ class Spec:
         return cls._build(params)
 
     @classmethod
+    def pick(cls, params: Mapping[str, Any]) -> "Spec":
+        """The spec of the settings in ``params`` that are its own (the others ignored):
+        a nested spec read from its outer stage's params."""
+        return cls._build(params)
+
+    @classmethod
     def _build(cls, params: Mapping[str, Any]) -> "Spec":
         values = {}
         for f in dataclasses.fields(cls):

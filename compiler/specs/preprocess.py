@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 from runexp.compiler.specs.base import Spec, nested, setting
+from runexp.compiler.specs.source import SourceSpec
 
 _ONE_MODEL = "same: one model reads every task's examples"
 _AT_ONCE = "same_if_dynamic: a batch of examples masked at training time is masked at once"
@@ -45,6 +46,7 @@ class PreprocessSpec(Spec):
     """One bert_pretraining_task: instances, pairing and masking of its corpus."""
 
     task: str = setting("", "the task's name (its gin scope)", gin=None)
+    source: SourceSpec = nested(SourceSpec, "where the documents or examples come from")
     max_seq_length: int = setting(128, "tokens per example", minimum=8, mixture=_ONE_MODEL)
     masking: MaskingSpec = nested(MaskingSpec, "which positions are predicted, and how")
     dupe_factor: int = setting(5, "static masks per instance (times each document is used)",

@@ -7,6 +7,7 @@ import os
 from runexp.compiler import uris
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import PreprocessSpec
+from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.tasks.shard_count import auto_num_shards
 
@@ -26,9 +27,54 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
         check_dynamic_masking(ctx, task, p)
     b.copy(vocab, "do_lower_case")
     check_masking(ctx, task, p)
+    source = SourceSpec.pick(p)
+    drop_unused_source_settings(ctx, task, b, source.format)
+    if not source.makes_instances and vocab.params.get("vocab_path") is None:
+        ctx.c.error(f"{task}: format {source.format!r} brings examples whose token ids are "
+                    "those of the vocabulary they were made with, but no vocabulary is given",
+                    ctx.loc(TASK, "format", task) or ctx.loc("vocab", "path"),
+                    hint="set VOCAB to that vocab.txt (or SentencePiece .model)")
+    if source.format in TEXT_FORMATS:
+        inputs, fps, deps = text_inputs(ctx, task, p, b)
+    elif source.format == "bert_tfrecord":
+        from runexp.compiler.stages.example_files import bert_tfrecord_inputs
+        inputs, fps, deps = bert_tfrecord_inputs(ctx, task, p, b)
+    else:
+        from runexp.compiler.stages.seqio_sources import seqio_source_inputs
+        inputs, fps, deps = seqio_source_inputs(ctx, task, p, b)
+    inputs["vocab_dir"] = vocab.output_dir
+    fps["vocab"] = vocab.fingerprint
+    deps = sorted(set(deps + [vocab.id]))
+    return ctx.add(f"preprocess.{task}", "preprocess", b, inputs, fps, deps)
+
+
+def drop_unused_source_settings(ctx: PlanContext, task: str, b: StageBuilder,
+                                fmt: str) -> None:
+    """Keeps the plan to the source settings its format reads; binding another is a
+    mistake worth a warning (it changes nothing)."""
+    for s in SourceSpec.settings():
+        if s.name == "format" or s.name in APPLIES[fmt]:
+            continue
+        where = ctx.loc(TASK, s.name, task)
+        if where is not None and b.params.get(s.name) != s.param.default:
+            ctx.c.warn(f"{task}: {s.name} does not apply to format {fmt!r} and is ignored",
+                       where, hint=f"remove it, or choose the format that reads it")
+        b.params.pop(s.name, None)
+        b.provenance.pop(s.name, None)
+
+
+def text_inputs(ctx: PlanContext, task: str, p: dict, b: StageBuilder
+                ) -> tuple[dict, dict, list]:
+    """Inputs of the text formats: the train and validation globs, listed."""
     train = ctx.r.get(TASK, "train_files", task) or []
     held = ctx.r.get(TASK, "validation_files", task) or []
     loc_v = ctx.loc(TASK, "validation_files", task)
+    if not train:
+        ctx.c.error(f"{task}: format {p['format']!r} reads text files, but "
+                    f"{task}/bert_pretraining_task.train_files is not set",
+                    ctx.loc(TASK, "format", task) or ctx.loc("train", "task"),
+                    hint=f"set {task}/bert_pretraining_task.train_files = ['corpus/*.txt'], "
+                         "or choose a seqio source (format = 'tfds' or 'seqio_documents')")
     train_uris, f1, d1 = ctx.files(train, f"{task}.train_files",
                                    ctx.loc(TASK, "train_files", task))
     if p["num_shards"] == 0:
@@ -38,11 +84,8 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
         ctx.c.warn("the held-out files are the training files: evaluation will measure "
                    "memorisation, not generalisation", loc_v,
                    hint="hold out documents the model never trains on")
-    inputs = {"train_files": train_uris, "validation_files": held_uris,
-              "vocab_dir": vocab.output_dir}
-    fps = {"train": f1, "validation": f2, "vocab": vocab.fingerprint}
-    return ctx.add(f"preprocess.{task}", "preprocess", b, inputs, fps,
-                   sorted(set(d1 + d2 + [vocab.id])))
+    return ({"train_files": train_uris, "validation_files": held_uris},
+            {"train": f1, "validation": f2}, d1 + d2)
 
 
 def check_masking(ctx: PlanContext, task: str, p: dict) -> None:

@@ -30,10 +30,17 @@ SPLITS = ("train", "validation")
 
 def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
           cache_dir: str) -> list[ShardJob]:
-    files = {split: tuple(expand_globs(ctx.inputs[f"{split}_files"]))
-             for split in SPLITS if ctx.inputs.get(f"{split}_files")}
+    spill_dir = os.path.join(ctx.work_dir, SPILL_DIR)
+    if config.source.reads_seqio:
+        # Documents read through seqio are written once as JSONL in the spill, then built
+        # into shards like any text corpus.
+        from runexp.tasks.seqio_sources import write_documents
+        files, config = write_documents(ctx, config, spill_dir)
+    else:
+        files = {split: tuple(expand_globs(ctx.inputs[f"{split}_files"]))
+                 for split in SPLITS if ctx.inputs.get(f"{split}_files")}
     return plan_shard_jobs(files, ctx.inputs["vocab_dir"], config, num_shards, cache_dir,
-                           spill_dir=os.path.join(ctx.work_dir, SPILL_DIR))
+                           spill_dir=spill_dir)
 
 
 def _check_vocab_casing(ctx: StageContext, wanted: bool) -> None:
@@ -66,6 +73,10 @@ def run(ctx: StageContext) -> dict:
                         "seqio cache is <stage dir>/<task>/")
     cache_dir = records.task_cache_dir(ctx.work_dir, config.task)
     os.makedirs(cache_dir, exist_ok=True)
+    if not config.source.makes_instances:
+        # Ready-made BERT examples: checked, and cached as they are.
+        from runexp.tasks.example_sources import cache_examples
+        return cache_examples(ctx, config, cache_dir)
     jobs = _jobs(ctx, config, num_shards, cache_dir)
     workers = max(1, min(workers, len(jobs)))
     ctx.progress(f"building {len(jobs)} shard(s) of {', '.join(sorted({j.split for j in jobs}))}"

@@ -1,0 +1,83 @@
+"""Where a pretraining task's text (or examples) comes from: a nested part of PreprocessSpec.
+
+Every source ends in the same place: the preprocess stage writes the task's seqio cache, so
+pretraining, evaluation and `runexp.tasks.register` read every source alike.
+
+Text sources, read in byte ranges by the preprocess workers (`train_files` globs):
+- ``sentence_lines``: one sentence per line, a blank line between documents
+  (google-research/bert's ``create_pretraining_data.py`` format);
+- ``paragraphs``: running text, a blank line between documents; sentences are found by
+  punctuation (Latin ``. ! ?``, CJK ``。！？``, Arabic ``؟``), lines broken mid-sentence joined;
+- ``jsonl``: one JSON object per line, a document each, its text in ``text_field``.
+
+seqio sources, read through seqio at run time (no `train_files`):
+- ``tfds``: a TFDS dataset (``tfds_name``, ``tfds_data_dir``) read with
+  ``seqio.TfdsDataSource``; documents in ``text_field``;
+- ``seqio_documents``: a seqio task of the user's (``seqio_task``, registered by a module the
+  gin file imports) whose examples are documents in a string feature ``text_field``;
+  runexp makes BERT instances from them;
+- ``seqio_bert_features``: a seqio task of the user's that already emits BERT's features
+  (``input_ids``, ``input_mask``, ``segment_ids``, ``masked_lm_positions``,
+  ``masked_lm_ids``, ``masked_lm_weights``, ``next_sentence_labels``); cached as it is.
+
+Examples made elsewhere:
+- ``bert_tfrecord``: TFRecords written by google-research/bert's
+  ``create_pretraining_data.py`` (`train_files` globs), adopted as they are: checked against
+  ``max_seq_length`` and ``max_predictions_per_seq`` and copied into the task's cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from runexp.compiler.specs.base import Spec, setting
+
+TEXT_FORMATS = ("sentence_lines", "paragraphs", "jsonl")
+SEQIO_FORMATS = ("tfds", "seqio_documents", "seqio_bert_features")
+EXAMPLE_FORMATS = ("seqio_bert_features", "bert_tfrecord")  # no instances made by runexp
+FORMATS = TEXT_FORMATS + ("tfds", "seqio_documents", "seqio_bert_features", "bert_tfrecord")
+
+
+# The settings each format reads besides `format` (the others stay out of its plan).
+APPLIES = {
+    "sentence_lines": (),
+    "paragraphs": (),
+    "jsonl": ("text_field",),
+    "tfds": ("text_field", "tfds_name", "tfds_data_dir", "train_split", "validation_split"),
+    "seqio_documents": ("text_field", "seqio_task", "train_split", "validation_split"),
+    "seqio_bert_features": ("seqio_task", "train_split", "validation_split"),
+    "bert_tfrecord": (),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec(Spec):
+    """Where a bert_pretraining_task's documents or examples come from (module docstring)."""
+
+    format: str = setting("sentence_lines", "the input's format: sentence_lines, paragraphs, "
+                                            "jsonl, tfds, seqio_documents, "
+                                            "seqio_bert_features or bert_tfrecord",
+                          choices=FORMATS)
+    text_field: str = setting("text", "the field holding a document's text (jsonl, tfds, "
+                                      "seqio_documents)")
+    tfds_name: str = setting("", "TFDS dataset as name[/config][:version] (tfds)")
+    tfds_data_dir: str = setting("", "TFDS data directory ('' : TFDS's default) (tfds)")
+    seqio_task: str = setting("", "name of the user's registered seqio task "
+                                  "(seqio_documents, seqio_bert_features)")
+    train_split: str = setting("train", "the source's split read as train (tfds, seqio_*)")
+    validation_split: str = setting("", "the source's split read as validation ('': none) "
+                                        "(tfds, seqio_*)")
+
+    @property
+    def reads_text_files(self) -> bool:
+        return self.format in TEXT_FORMATS
+
+    @property
+    def reads_seqio(self) -> bool:
+        return self.format in SEQIO_FORMATS
+
+    @property
+    def makes_instances(self) -> bool:
+        """runexp cuts documents into BERT instances (needs a vocabulary); else the examples
+        come ready-made."""
+        return self.format not in EXAMPLE_FORMATS
