@@ -3,8 +3,12 @@
     runexp --gin_file=quickstart.gin --dry_run        # print the plan, start nothing
     runexp --gin_file=quickstart.gin                  # run it
     runexp --gin_file=quickstart.gin --explain=TRAIN_STEPS
-    runexp status runexp_output/quickstart           # how an experiment stands
+    runexp status runexp_output/quickstart           # how an experiment stands (--json)
+    runexp --gin_file=exp.gin --until=preprocess     # run part of a plan (also --only=A,B)
     runexp inspect --gin_file=quickstart.gin -n 3    # decoded pretraining examples
+    runexp report runexp_output/quickstart           # an HTML report with the curves
+
+t5x's flag spellings are accepted too: --gin.NAME=VALUE, --gin_bindings, --gin_search_paths.
 
 Exit codes (stable; scripts may branch on them):
     0  success (a dry run: nothing to do)
@@ -37,12 +41,62 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USER_ERROR)
 
 
+SUBCOMMANDS = """subcommands:
+  runexp status ROOT [--json]    how the experiment in ROOT stands; a live run's step, loss, ETA
+                                 e.g. runexp status runexp_output/quickstart
+  runexp inspect --gin_file=F    decoded pretraining examples of a preprocessed task
+                                 e.g. runexp inspect --gin_file=quickstart.gin -n 3
+  runexp report ROOT             a self-contained HTML report: plan, times, metrics, curves
+                                 e.g. runexp report runexp_output/quickstart
+  runexp unlock ROOT [--force]   remove the lock a run that is gone left in ROOT
+
+t5x spellings are accepted: --gin.NAME=VALUE (as --gin_param=NAME=VALUE), --gin_bindings
+(as --gin_param), --gin_search_paths=A,B (as --gin_search_path).
+
+exit codes: 0 ok, 1 user error, 2 dry run with work pending, 3 stage failed, 75 preempted,
+  124 wall-time budget spent, 130 interrupted."""
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("runexp")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _t5x_aliases(argv: Sequence[str]) -> list[str]:
+    """t5x's spellings of the gin flags, as runexp's own (module docstring)."""
+    out: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in ("--gin_bindings", "--gin_search_paths") and not eq and i + 1 < len(args):
+            value, eq = args[i + 1], "="
+            i += 1
+        if name.startswith("--gin.") and eq:
+            out.append(f"--gin_param={name[len('--gin.'):]}={value}")
+        elif name == "--gin_bindings" and eq:
+            out.append(f"--gin_param={value}")
+        elif name == "--gin_search_paths" and eq:
+            out.extend(f"--gin_search_path={p}" for p in value.split(",") if p)
+        else:
+            out.append(arg)
+        i += 1
+    return out
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="runexp", allow_abbrev=False, description="Compile a BERT experiment written in gin into a "
-                "plan, review it, and run it.",
-                epilog="Exit codes: 0 ok, 1 user error, 2 dry run with work pending, "
-                       "3 stage failed, 75 preempted, 124 wall-time budget spent, "
-                       "130 interrupted.")
+    p = _Parser(prog="runexp", allow_abbrev=False,
+                formatter_class=argparse.RawDescriptionHelpFormatter,
+                description="Compile a BERT experiment written in gin into a plan, review it, "
+                            "and run it.\n\n  runexp --gin_file=quickstart.gin --dry_run\n"
+                            "  runexp --gin_file=quickstart.gin",
+                epilog=SUBCOMMANDS)
+    p.add_argument("--version", action="version", version=f"runexp {_version()}")
     p.add_argument("--gin_file", action="append", default=[], metavar="FILE",
                    help="gin file (repeatable; later files override earlier ones). Looked up "
                         "as given, then in --gin_search_path, then in runexp's own gin/ folder")
@@ -55,6 +109,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="append", default=[], metavar="NAME",
                    help="print where a value comes from: a MACRO or configurable.param "
                         "(scope/configurable.param for a task); repeatable")
+    p.add_argument("--until", action="append", default=[], metavar="STAGE",
+                   help="run STAGE and the stages it needs, nothing after (a stage id, or a "
+                        "kind such as preprocess for all its stages)")
+    p.add_argument("--only", action="append", default=[], metavar="STAGE[,STAGE]",
+                   help="run exactly these stages; the stages they read must be finished")
     p.add_argument("--plan_format", choices=("text", "json"), default="text",
                    help="how --dry_run prints the plan")
     p.add_argument("--plan_out", metavar="FILE", help="also save the plan as JSON to FILE")
@@ -122,17 +181,18 @@ def _load_saved_plan(path: str):
 
 
 def _status(argv: Sequence[str]) -> int:
-    """`runexp status OUTPUT_ROOT`: each stage of the experiment saved there, and how it stands."""
+    """`runexp status OUTPUT_ROOT [--json]`: each stage of the experiment saved there, how it
+    stands, and a live run's progress (runtime/status.py)."""
     import json
 
-    from runexp.compiler.plan import MANIFEST_FILE, Plan
-    from runexp.compiler.render import PARTICIPLES, SYMBOLS
-    from runexp.compiler.kinds import TRAINING_KINDS
-    from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
+    from runexp.compiler.plan import Plan
+    from runexp.runtime import status
 
     p = _Parser(prog="runexp status", allow_abbrev=False,
-                description="Show how the experiment in OUTPUT_ROOT stands, stage by stage.")
+                description="Show how the experiment in OUTPUT_ROOT stands, stage by stage; "
+                            "for a live run its stage, step, loss, rate and ETA.")
     p.add_argument("output_root", help="the experiment's OUTPUT_ROOT (local path or gs://)")
+    p.add_argument("--json", action="store_true", help="print it as JSON, for scripts")
     args = p.parse_args(argv)
     root = args.output_root.rstrip("/")
     read = _reader(root)
@@ -141,47 +201,29 @@ def _status(argv: Sequence[str]) -> int:
         print(f"error: {root} holds no runexp experiment (no plan.json)\n"
               "  hint: give the OUTPUT_ROOT of an experiment that has been run", file=sys.stderr)
         return EXIT_USER_ERROR
-    plan = Plan.from_json(text)
-    states = plan_states(plan)
-    print(f"experiment {plan.experiment!r} in {plan.output_root}")
-    for stage in plan.stages:
-        st = states[stage.id]
-        line = f"  {SYMBOLS[st.action]} {stage.id:<28}"
-        if st.action == REUSE:
-            manifest = json.loads(read(f"{stage.output_dir}/{MANIFEST_FILE}") or "{}")
-            line += f" done in {manifest.get('seconds', 0):.0f} s, {manifest.get('finished', '')}"
-        else:
-            step = latest_checkpoint_step(stage.output_dir) if stage.kind in \
-                TRAINING_KINDS else None
-            line += " not done" + (f" (latest checkpoint: step {step} of "
-                                   f"{stage.params.get('train_steps')})" if step else "")
-            line += f": will be {PARTICIPLES[st.action]} ({st.reason})"
-            stop = _last_deadline_stop(read(f"{stage.output_dir}/train_log.jsonl"))
-            if step and stop is not None and stop.get("step") == step:
-                left = stop.get("deadline_seconds_left")
-                line += (f"\n      stopped at the wall-time budget: the checkpoint of step {step} "
-                         f"was complete {abs(left):.0f} s {'before' if left >= 0 else 'AFTER'} "
-                         "the deadline; run the same command again to continue")
-        print(line)
-    done = sum(1 for s in states.values() if s.action == REUSE)
-    print(f"{done} of {len(states)} stages done.")
-    return EXIT_OK if done == len(states) else EXIT_PENDING
+    report = status.status(Plan.from_json(text), read)
+    print(json.dumps(report, indent=2, sort_keys=True) if args.json else status.render(report))
+    return EXIT_OK if report["done"] == len(report["stages"]) else EXIT_PENDING
 
 
-def _last_deadline_stop(text: Optional[str]) -> Optional[dict]:
-    """The last ``deadline_stop`` record of a training stage's train_log.jsonl, if any."""
-    import json
+def _unlock(argv: Sequence[str]) -> int:
+    """`runexp unlock OUTPUT_ROOT [--force]`: remove the lock of a run that is gone."""
+    from runexp.runtime import run_lock
 
-    last = None
-    for line in (text or "").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        if isinstance(record, dict) and record.get("event") == "deadline_stop" \
-                and record.get("deadline_seconds_left") is not None:
-            last = record
-    return last
+    p = _Parser(prog="runexp unlock", allow_abbrev=False,
+                description="Remove the lock a run left in OUTPUT_ROOT (runs take over a stale "
+                            "lock by themselves; this is for the impatient).")
+    p.add_argument("output_root")
+    p.add_argument("--force", action="store_true",
+                   help="remove it even if its heartbeat is recent (only if that run is "
+                        "certainly gone)")
+    args = p.parse_args(argv)
+    try:
+        print(run_lock.break_lock(args.output_root.rstrip("/"), force=args.force))
+    except run_lock.LockHeld as e:
+        print(f"error: {e}\n  (--force removes it anyway)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return EXIT_OK
 
 
 def _inspect(argv: Sequence[str]) -> int:
@@ -252,12 +294,18 @@ def _reader(root: str):
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _t5x_aliases(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["status"]:
             return _status(argv[1:])
         if argv[:1] == ["inspect"]:
             return _inspect(argv[1:])
+        if argv[:1] == ["unlock"]:
+            return _unlock(argv[1:])
+        if argv[:1] == ["report"]:
+            from runexp.runtime.report.command import main as report_main  # no TensorFlow
+
+            return report_main(argv[1:])
         return _main(argv)
     except BrokenPipeError:  # `runexp ... --dry_run | head`: the reader left; not an error
         import os
@@ -298,7 +346,14 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: cannot write --plan_out {args.plan_out!r}: {e.strerror}",
                   file=sys.stderr)
             return EXIT_USER_ERROR
-    states = plan_states(plan)
+    from runexp.compiler.selection import select
+    from runexp.compiler.state import SKIP
+
+    try:
+        states = select(plan, plan_states(plan), args.until, args.only)
+    except UserError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
     from runexp.compiler.preflight import errors as preflight_errors, preflight
 
     findings = preflight(plan)
@@ -321,7 +376,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: preflight found {len(problems)} problem(s) (listed under "
                   "Preflight above): fix them before running", file=sys.stderr)
             return EXIT_USER_ERROR
-        pending = any(s.action != REUSE for s in states.values())
+        pending = any(s.action not in (REUSE, SKIP) for s in states.values())
         return EXIT_PENDING if pending else EXIT_OK
 
     for w in plan.warnings:
@@ -334,10 +389,11 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     for finding in findings:
         if finding.startswith(("WARNING:", "skipped:")):
             print(f"preflight: {finding}", file=sys.stderr)
-    return _launch(plan, argv)
+    return _launch(plan, argv, args.until, args.only)
 
 
-def _launch(plan, argv: Sequence[str]) -> int:
+def _launch(plan, argv: Sequence[str], until: Sequence[str] = (),
+            only: Sequence[str] = ()) -> int:
     """Runs the plan here, or, with experiment.max_attempts > 1, in child processes relaunched
     after each preemption. A wall-time budget becomes one deadline shared by all attempts."""
     import os
@@ -356,7 +412,7 @@ def _launch(plan, argv: Sequence[str]) -> int:
                                  attempts, float(launch.get("relaunch_backoff_s") or 0.0))
     from runexp.runtime.executor import run_plan  # TensorFlow is imported only from here on
 
-    return run_plan(plan)
+    return run_plan(plan, until, only)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import re
 from typing import Any, Optional, Sequence
 
 from gin import config_parser
@@ -167,6 +168,7 @@ class _Loader:
             self._stack.pop()
 
     def load_text(self, text: str, display: str, path: Optional[str]) -> None:
+        """Parses ``text`` statement by statement (gin-config's own parser)."""
         stream = io.StringIO(text)
         stream.name = display
         parser = config_parser.ConfigParser(stream, _Delegate())
@@ -179,8 +181,19 @@ class _Loader:
                     location = _location(loc, display)
                 else:
                     location = Location(display, e.lineno or 0, e.offset or 0, e.text or "")
-                self.collector.error(f"gin syntax error: {e.args[0] if e.args else e}",
-                                     location, hint="see the gin syntax in runexp's gin/README.md")
+                unquoted = _unquoted_string(location.source or "")
+                if unquoted is not None:
+                    name, value = unquoted
+                    quoted = f"{name} = {value!r}"
+                    self.collector.error(
+                        f"gin syntax error: {value!r} is not a gin value: strings need quotes",
+                        location, hint=f"write {quoted}" + (
+                            f' (on the command line: --gin_param="{name}={value!r}")'
+                            if display.startswith("--gin_param") else ""))
+                else:
+                    self.collector.error(f"gin syntax error: {e.args[0] if e.args else e}",
+                                         location,
+                                         hint="see the gin syntax in runexp's gin/README.md")
                 return  # the parser cannot continue past a syntax error
             except Exception as e:  # tokenize errors (unclosed brackets and the like)
                 self.collector.error(f"gin syntax error: {e}", Location(display),
@@ -233,3 +246,16 @@ def load(gin_files: Sequence[str], gin_params: Sequence[str],
         loader.load_text(binding, f"--gin_param[{i + 1}]", None)
     collector.raise_if_any()
     return loader.config
+
+
+_BINDING = re.compile(r"^\s*([A-Za-z_][\w./]*)\s*=\s*(.+?)\s*$")
+_GIN_VALUE_START = re.compile(r"""^(['"\[\({@%\-+.\d]|True\b|False\b|None\b)""")
+
+
+def _unquoted_string(line: str) -> Optional[tuple[str, str]]:
+    """``(name, value)`` when ``line`` binds a bare word or path, the commonest gin mistake
+    (``OUTPUT_ROOT = out``); None otherwise."""
+    match = _BINDING.match(line)
+    if match is None or _GIN_VALUE_START.match(match.group(2)):
+        return None
+    return match.group(1), match.group(2)

@@ -126,11 +126,35 @@ def _accelerator(ctx: PlanContext, accel) -> dict:
     return out
 
 
-def operative_config(resolver: Resolver) -> str:
-    """Every value the plan used, one `name = value  # where` line each."""
-    lines = []
+# Parameters holding local paths: written absolute, so the file replays from anywhere.
+_PATH_PARAMS = frozenset({"output_root", "path", "train_files", "validation_files",
+                          "train_file", "dev_file", "dev_files", "init_checkpoint",
+                          "tfds_data_dir"})
+
+
+def _absolute_paths(value):
+    if isinstance(value, str):
+        return uris.absolute(value) if value else value
+    if isinstance(value, (list, tuple)):
+        return [_absolute_paths(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _absolute_paths(v) for k, v in value.items()}
+    return value
+
+
+def operative_config(resolver: Resolver, experiment: str, imports: Sequence[str]) -> str:
+    """Every value the plan used, one `name = value  # where` line each: a gin file that
+    replays the experiment from any directory (local paths absolute, the experiment's name
+    bound, the gin imports first)."""
+    lines = [f"# The values experiment {experiment!r} was planned with; replay it with",
+             "#   runexp --gin_file=operative_config.gin", *imports]
     for (scope, configurable, param), prov in sorted(resolver._provenance.items()):
-        lines.append(f"{prov.name} = {prov.value!r}  # {prov.short()}")
+        value = prov.value
+        if configurable == "experiment" and param == "name":
+            value = experiment  # else the replay would be named after this file
+        elif param in _PATH_PARAMS and value is not None:
+            value = _absolute_paths(value)
+        lines.append(f"{prov.name} = {value!r}  # {prov.short()}")
     return "\n".join(lines) + "\n"
 
 
@@ -172,6 +196,7 @@ def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
         gin_params=tuple(gin_params),
         gin_search_paths=tuple(os.path.abspath(p) for p in search_paths),
         imports=tuple(f"{text}  # {loc}" for text, loc in config.imports),
-        operative_config=operative_config(resolver),
+        operative_config=operative_config(resolver, plan.experiment,
+                                          [text for text, _ in config.imports]),
     )
     return Compiled(plan=plan, resolver=resolver, collector=collector)

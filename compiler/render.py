@@ -9,12 +9,13 @@ from runexp.compiler import wall_time
 from runexp.compiler.estimates import estimates
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import RUN_TIME, Plan
-from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, StageState
+from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, SKIP, StageState
 
-SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "="}
-LEGEND = {CREATE: "create", REBUILD: "rebuild", RESUME: "resume", REUSE: "reuse"}
-PARTICIPLES = {CREATE: "created", REBUILD: "rebuilt", RESUME: "resumed", REUSE: "reused"}
-ORDER = (CREATE, REBUILD, RESUME, REUSE)
+SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "=", SKIP: "-"}
+LEGEND = {CREATE: "create", REBUILD: "rebuild", RESUME: "resume", REUSE: "reuse", SKIP: "skip"}
+PARTICIPLES = {CREATE: "created", REBUILD: "rebuilt", RESUME: "resumed", REUSE: "reused",
+               SKIP: "skipped"}
+ORDER = (CREATE, REBUILD, RESUME, REUSE, SKIP)
 
 
 def _value(value: Any) -> str:
@@ -107,7 +108,7 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
         lines.append(f"    why: {st.reason}")
         for name, old, new in st.changes:
             lines.append(f"    ~ {name}: {_value(old)} -> {_value(new)}")
-        if verbose and st.action != REUSE:
+        if verbose and st.action not in (REUSE, SKIP):
             for name in sorted(stage.params):
                 where = stage.provenance.get(name, "")
                 if stage.params[name] is None and where == RUN_TIME:

@@ -36,6 +36,7 @@ from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 STARTED_FILE = "STARTED.json"
 
 CREATE, REUSE, REBUILD, RESUME = "create", "reuse", "rebuild", "resume"
+SKIP = "skip"  # left out of this run by --until/--only (compiler/selection.py)
 
 
 @dataclasses.dataclass(frozen=True)

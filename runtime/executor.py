@@ -17,6 +17,7 @@ import shutil
 import sys
 import time
 import traceback
+from typing import Sequence
 
 # TensorFlow's C++ start-up chatter (oneDNN, CUDA probing) drowns the progress lines; a user
 # who wants it sets TF_CPP_MIN_LOG_LEVEL themselves. Must be set before TensorFlow loads.
@@ -29,8 +30,9 @@ from runexp.compiler.exit_codes import (EXIT_INTERRUPTED, EXIT_OK, EXIT_STAGE_FA
 from runexp.compiler.kinds import TF_KINDS, TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.compiler.render import SYMBOLS
-from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, STARTED_FILE, StageState,
-                                   plan_states)
+from runexp.compiler.selection import select
+from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, SKIP, STARTED_FILE,
+                                   StageState, plan_states)
 from runexp.runtime.context import StageContext
 
 SUPERSEDED_DIR = ".superseded"
@@ -303,8 +305,9 @@ def _run_as_worker(plan: Plan) -> int:
     return EXIT_OK
 
 
-def run_plan(plan: Plan) -> int:
-    """Runs every stage of `plan` that is not already done. Returns an exit code."""
+def run_plan(plan: Plan, until: Sequence[str] = (), only: Sequence[str] = ()) -> int:
+    """Runs every stage of `plan` that is not already done (of those ``--until``/``--only``
+    select: compiler/selection.py). Returns an exit code."""
     from runexp.runtime import cluster, storage
 
     try:
@@ -317,6 +320,23 @@ def run_plan(plan: Plan) -> int:
         _load_tensorflow_quietly(plan.accelerator, multi_worker=True)
     if not cluster.is_chief():
         return _run_as_worker(plan)
+    from runexp.runtime.run_lock import LockHeld, RunLock
+
+    try:
+        lock = RunLock.acquire(plan.output_root, command=" ".join(sys.argv))
+    except LockHeld as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    try:
+        return _run_stages(plan, until, only, lock)
+    finally:
+        lock.release()
+
+
+def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> int:
+    """run_plan's body, with the root's lock held."""
+    from runexp.runtime import storage
+
     mirror = None
     if uris.is_gcs(plan.output_root):
         from runexp.runtime.storage.mirror import Mirror
@@ -328,7 +348,11 @@ def run_plan(plan: Plan) -> int:
     storage.write_text(uris.join(plan.output_root, "plan.json"), plan.to_json())
     storage.write_text(uris.join(plan.output_root, "operative_config.gin"),
                        plan.operative_config)
-    states = plan_states(plan)
+    try:
+        states = select(plan, plan_states(plan), until, only)
+    except UserError as e:
+        print(e.render(), file=sys.stderr)
+        return EXIT_USER_ERROR
     _say(f"runexp: experiment {plan.experiment!r}, {len(plan.stages)} stages -> "
          f"{plan.output_root}")
     summaries: dict[str, dict] = {}
@@ -340,6 +364,10 @@ def run_plan(plan: Plan) -> int:
             summaries[stage.id] = _read_summary(stage)
             _say(f"{head}: reused ({state.reason})")
             continue
+        if state.action == SKIP:
+            _say(f"{head}: {state.reason}")
+            continue
+        lock.set_stage(stage.id)
         verb = {CREATE: "creating", REBUILD: "rebuilding", RESUME: "resuming"}[state.action]
         _say(f"{head}: {verb} ({state.reason})")
         t0 = time.time()
@@ -374,5 +402,8 @@ def run_plan(plan: Plan) -> int:
         _say(f"    done in {time.time() - t0:.1f} s: {_headline(stage, summary)}")
     for line in _results(plan, summaries):
         _say(line)
-    _say(f"Finished in {time.time() - started:.1f} s.")
+    skipped = [s for s in plan.stages if states[s.id].action == SKIP]
+    _say(f"Finished in {time.time() - started:.1f} s." + (
+        f" {len(skipped)} stage(s) skipped as asked ({', '.join(s.id for s in skipped)}): "
+        "run without --until/--only to go on." if skipped else ""))
     return EXIT_OK

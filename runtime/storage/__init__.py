@@ -56,7 +56,8 @@ from runexp.runtime.storage.transfer import (download_dir, download_file, downlo
 
 __all__ = [
     "GS_SCHEME", "InputChangedError", "IntegrityError", "OutsideRootError",
-    "RetryBudgetExceeded", "RetryPolicy", "RetryStats", "StorageError", "confined", "delete",
+    "RetryBudgetExceeded", "RetryPolicy", "RetryStats", "StorageError", "confined",
+    "create_text", "delete",
     "delete_prefix", "download_dir", "download_file", "download_version", "exists", "glob",
     "glob_objects", "is_gcs", "join", "list", "object_info", "preflight", "read_bytes",
     "read_text", "reset_retry_stats", "retry_policy", "retry_stats", "set_retry_policy",
@@ -112,6 +113,36 @@ def write_bytes(uri: str, data: bytes) -> None:
 
 def write_text(uri: str, text: str, encoding: str = "utf-8") -> None:
     write_bytes(uri, text.encode(encoding))
+
+
+def create_text(uri: str, text: str) -> bool:
+    """Writes ``uri`` only if no such file/object exists (atomically: one of two racing
+    writers wins). True when written. On GCS a precondition (``ifGenerationMatch=0``); a
+    retried request whose first try succeeded reads as "exists": callers that must know
+    compare the content."""
+    uri = as_str(uri)
+    data = text.encode("utf-8")
+    if not is_gcs(uri):
+        os.makedirs(os.path.dirname(uri) or ".", exist_ok=True)
+        try:
+            fd = os.open(uri, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        return True
+    from google.api_core import exceptions as api
+
+    t = retry_policy().timeout
+    try:
+        gcs_call("create", uri, lambda: blob_of(uri).upload_from_string(
+            data, content_type="application/json", timeout=t, retry=None,
+            if_generation_match=0))
+    except api.PreconditionFailed:
+        return False
+    return True
 
 
 def size(uri: str) -> int:
