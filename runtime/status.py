@@ -15,7 +15,7 @@ import json
 import time
 from typing import Callable, Optional
 
-from runexp.compiler.kinds import TRAINING_KINDS
+from runexp.compiler.kinds import KINDS, TRAINING_KINDS
 from runexp.compiler.plan import MANIFEST_FILE, Plan
 from runexp.compiler.render import PARTICIPLES, SYMBOLS
 from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
@@ -38,7 +38,8 @@ def _records(text: Optional[str]) -> list[dict]:
 
 def _training(stage, read: Reader, live: bool) -> dict:
     """Step, loss, rate and ETA of a training stage from its log; its stop, if any."""
-    out: dict = {"train_steps": stage.params.get("train_steps") or stage.params.get("steps")}
+    spec = KINDS[stage.kind].spec.from_stage(stage)
+    out: dict = {"train_steps": spec.train_steps}
     records = _records(read(f"{stage.output_dir}/train_log.jsonl"))
     metrics = [r for r in records if "event" not in r]
     step = latest_checkpoint_step(stage.output_dir)
@@ -48,7 +49,7 @@ def _training(stage, read: Reader, live: bool) -> dict:
         out.update(step=last.get("step"), loss=last.get("loss"),
                    examples_per_second=last.get("examples_per_second"),
                    logged_at=last.get("time"))
-        eps, batch = last.get("examples_per_second"), stage.params.get("batch_size")
+        eps, batch = last.get("examples_per_second"), spec.batch_size
         if live and eps and batch and out["train_steps"]:
             left = max(0, int(out["train_steps"]) - int(last.get("step") or 0))
             out["eta_seconds"] = round(left * float(batch) / float(eps))
