@@ -117,6 +117,22 @@ class Resolver:
                         self.collector.error(
                             f"configurable references (@{ref.name}) are not supported here",
                             a.location, hint="runexp's gin surface takes plain values and macros")
+        self._check_unused_macros()
+
+    def _check_unused_macros(self) -> None:
+        """A macro nothing refers to is a typo or a leftover: `TRAIN_STEP = 20` would
+        otherwise be accepted while the plan trains the template's TRAIN_STEPS."""
+        referenced = {ref.name
+                      for assignments in [*self.config.bindings.values(),
+                                          *self.config.macros.values()]
+                      for a in assignments for ref in _refs(a.value)
+                      if isinstance(ref, MacroRef)}
+        for name, assignments in self.config.macros.items():
+            if name not in referenced:
+                self.collector.error(
+                    f"macro {name} is set but nothing uses it", assignments[-1].location,
+                    hint=did_you_mean(name, sorted(referenced)) or
+                    "remove it, or refer to it as %" + name + " in a binding")
 
     def scopes(self, configurable: str) -> dict[str, Location]:
         """Scopes used with a scoped configurable: the registered task names, first location."""

@@ -228,3 +228,12 @@ def test_a_task_name_is_one_scope(write, minimal):
     text = errors_of(write("e.gin", f"include '{minimal}'\nsst/dev/classification_task.train_file = 'x'\n"))
     assert "e.gin:2: error: task name 'sst/dev' has a '/': a task is named by one scope" in text
     assert "hint: use sst_dev/classification_task.train_file = ..." in text
+
+
+def test_a_macro_nothing_uses_is_an_error_with_the_close_name(write, minimal):
+    path = write("e.gin", f"include '{minimal}'\n")
+    text = errors_of(path, ["TRAIN_STEP=20"])
+    assert "--gin_param[1]:1: error: macro TRAIN_STEP is set but nothing uses it" in text
+    assert "did you mean 'TRAIN_STEPS'" in text
+    text = errors_of(write("f.gin", f"include '{minimal}'\nMY_LEFTOVER = 3\n"))
+    assert "f.gin:2: error: macro MY_LEFTOVER is set but nothing uses it" in text
