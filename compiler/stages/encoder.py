@@ -84,10 +84,57 @@ def check_init_checkpoint(ctx: PlanContext, init: str, model: dict,
             ctx.c.error(f"cannot read {config_path}: {e}", location)
             return
         expected.update({k: v for k, v in config.items() if k in MODEL_FIELDS})
+    if not uris.is_gcs(init):  # the variables' shapes: the truth, over names and configs
+        expected.update(_local_checkpoint_shapes(ctx, init, location))
     wrong = [f"{k}: checkpoint {v!r}, model {model.get(k)!r}" for k, v in sorted(
         expected.items()) if model.get(k) is not None and model.get(k) != v]
     if wrong:
+        only_vocab = len(wrong) == 1 and wrong[0].startswith("vocab_size:")
         ctx.c.error(f"the init checkpoint does not fit the model ({'; '.join(wrong)})",
                     location or ctx.loc("model", "size"),
-                    hint="choose the model size of the checkpoint (e.g. include "
-                         "models/bert_large.gin) or set model.* to its bert_config.json")
+                    hint="use the vocab the checkpoint was trained with (VOCAB = its vocab.txt)"
+                    if only_vocab else "choose the model size of the checkpoint (e.g. include "
+                    "models/bert_large.gin) or set model.* to its bert_config.json")
+
+
+_LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")
+
+
+def _local_checkpoint_shapes(ctx: PlanContext, prefix: str,
+                             location: Optional[Location]) -> dict:
+    """The model fields a local checkpoint's variables pin down (Google's names), read from
+    its .index (compiler/checkpoint_index.py); a missing or corrupt checkpoint is an error."""
+    from runexp.compiler.checkpoint_index import CheckpointIndexError, read_index
+
+    try:
+        variables = read_index(prefix)
+    except FileNotFoundError:
+        folder = os.path.dirname(prefix) or "."
+        found = sorted(f[:-len(".index")] for f in (os.listdir(folder) if os.path.isdir(folder)
+                                                    else []) if f.endswith(".index"))
+        ctx.c.error(f"no checkpoint at {prefix} ({os.path.basename(prefix)}.index does not "
+                    "exist)", location,
+                    hint=(f"checkpoints in {folder}: "
+                          + ", ".join(os.path.join(folder, f) for f in found[:3])
+                          if found else f"{folder} holds no checkpoint (no *.index file)")
+                    + "; INIT_CHECKPOINT is a prefix, e.g. .../bert_model.ckpt")
+        return {}
+    except (OSError, CheckpointIndexError) as e:
+        ctx.c.error(f"the checkpoint {prefix} cannot be read: {prefix}.index: {e}", location,
+                    hint="copy the checkpoint again (all of .index and .data-*), or point "
+                         "INIT_CHECKPOINT at another one")
+        return {}
+    shape = {name: dims for name, (_, dims) in variables.items()}
+    out = {}
+    pinned = {"bert/embeddings/word_embeddings": ("vocab_size", "hidden_size"),
+              "bert/embeddings/position_embeddings": ("max_position_embeddings", None),
+              "bert/embeddings/token_type_embeddings": ("type_vocab_size", None),
+              "bert/encoder/layer_0/intermediate/dense/kernel": (None, "intermediate_size")}
+    for name, fields in pinned.items():
+        dims = shape.get(name)
+        if dims and len(dims) == 2:
+            out.update({field: dim for field, dim in zip(fields, dims) if field})
+    layers = {int(m.group(1)) for m in map(_LAYER.match, shape) if m}
+    if layers:
+        out["num_hidden_layers"] = max(layers) + 1
+    return out

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from runexp.compiler.planner import compile_experiment
+from checkpoint_files import bert_variables, write_index
 from test_errors import errors_of
 
 TRAIN = "label\tsentence\npos\tgood\nneg\tbad\n"
@@ -15,8 +16,7 @@ def release(write):
     """A local released-checkpoint directory named as Google names BERT-base uncased."""
     d = "google/uncased_L-12_H-768_A-12"
     write(f"{d}/vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\ngood\nbad\n")
-    write(f"{d}/bert_model.ckpt.index", b"index")
-    write(f"{d}/bert_model.ckpt.data-00000-of-00001", b"data")
+    write_index(f"{write.dir}/{d}/bert_model.ckpt", bert_variables(12, 768, 3072, vocab=8))
     write(f"{d}/bert_config.json", json.dumps({
         "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
         "intermediate_size": 3072, "vocab_size": 8, "max_position_embeddings": 512,

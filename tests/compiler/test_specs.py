@@ -8,6 +8,7 @@ import os
 import re
 
 import pytest
+from checkpoint_files import bert_variables, write_index
 
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.planner import compile_experiment
@@ -51,7 +52,7 @@ bert_pretraining_task.dupe_factor = 1
     adopted.write_text(base + f"CORPUS_FILES = '{corpus}'\nVOCAB = '{vocab}'\n")
     release = d / "uncased_L-2_H-128_A-2"
     release.mkdir()
-    (release / "bert_model.ckpt.index").write_bytes(b"i")
+    write_index(str(release / "bert_model.ckpt"), bert_variables(2, 128, 512, vocab=7))
     finetune_only = d / "ft.gin"
     finetune_only.write_text(f"""include 'runs/finetune.gin'
 include 'models/bert_tiny.gin'
