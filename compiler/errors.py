@@ -83,6 +83,12 @@ class ErrorCollector:
         if problem not in self.errors:
             self.errors.append(problem)
 
+    def problems(self, problems: Iterable[Problem]) -> None:
+        """Adds the problems of a UserError raised by a reader (a file's own errors)."""
+        for problem in problems:
+            if problem not in self.errors:
+                self.errors.append(problem)
+
     def warn(self, message: str, location: Optional[Location] = None, hint: str = "") -> None:
         problem = Problem(message, location, hint, severity="warning")
         if problem not in self.warnings:

@@ -15,72 +15,112 @@ Light: numpy, no TensorFlow.
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
-from runexp.compiler.errors import UserError
+from runexp.compiler.errors import Location, Problem, UserError
 
 
 class DataFileError(UserError, ValueError):
-    """A malformed line of a classification file: the message starts with file:line. A
-    UserError, so a run reports it as bad input (exit 1, no traceback)."""
+    """A malformed line of a classification file, as one error: ``file:line: what is
+    wrong`` and a hint. A UserError, so a run reports it as bad input (exit 1, no
+    traceback); the compiler reports it in the dry run for local files."""
+
+    def __init__(self, path: str, line: int, what: str, hint: str, source: str = ""):
+        self.path, self.line, self.what, self.hint = path, line, what, hint
+        super().__init__(Problem(what, Location(path, line, 0, source[:200]), hint))
+
 
 Example = tuple[tuple[str, ...], str]  # (texts in text_fields order, label)
 
+def _lines(path: str, max_rows: Optional[int]):
+    """(line number, text) of a file's lines, decoded as UTF-8 one by one (a bad byte is
+    an error at its line, not a traceback)."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if max_rows is not None and number > max_rows + 1:
+                return
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataFileError(path, number, f"not UTF-8 text (byte {raw[e.start]:#04x} "
+                                    f"at column {e.start + 1})",
+                                    "save the file as UTF-8") from None
 
-def _load_tsv(path: str, text_fields: Sequence[str], label_field: str) -> list[Example]:
+
+def _load_tsv(path: str, text_fields: Sequence[str], label_field: str,
+              max_rows: Optional[int] = None) -> list[Example]:
     examples = []
-    with open(path, encoding="utf-8") as f:
-        header = f.readline().rstrip("\r\n").split("\t")
-        missing = [c for c in (*text_fields, label_field) if c not in header]
-        if missing:
-            raise DataFileError(f"{path}:1: the header {header} has no column(s) {missing}")
-        columns = [header.index(c) for c in text_fields]
-        label_column = header.index(label_field)
-        for number, line in enumerate(f, start=2):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            row = line.split("\t")
-            if len(row) != len(header):
-                raise DataFileError(f"{path}:{number}: {len(row)} tab-separated fields, the header "
-                                 f"has {len(header)}")
-            examples.append((tuple(row[c] for c in columns), row[label_column]))
+    lines = _lines(path, max_rows)
+    first = next(lines, None)
+    if first is None:
+        raise DataFileError(path, 1, "empty file: no header and no examples",
+                            "a TSV needs a header line naming its columns, then one example "
+                            "per line")
+    header = first[1].rstrip("\r\n").split("\t")
+    missing = [c for c in (*text_fields, label_field) if c not in header]
+    if missing:
+        raise DataFileError(path, 1, f"the header has no column {', '.join(map(repr, missing))}"
+                            f" (it has {', '.join(map(repr, header))})",
+                            "the first line must name the columns (tab-separated), and "
+                            "text_fields and label_field must be among them",
+                            first[1].rstrip("\r\n"))
+    columns = [header.index(c) for c in text_fields]
+    label_column = header.index(label_field)
+    for number, line in lines:
+        line = line.rstrip("\r\n")
+        if not line.strip():
+            continue
+        row = line.split("\t")
+        if len(row) != len(header):
+            raise DataFileError(path, number, f"{len(row)} tab-separated fields, the header "
+                                f"has {len(header)}",
+                                "one example per line with a field per header column, "
+                                "separated by tabs (a tab inside a text must be removed)", line)
+        examples.append((tuple(row[c] for c in columns), row[label_column]))
     return examples
 
 
-def _load_jsonl(path: str, text_fields: Sequence[str], label_field: str) -> list[Example]:
+def _load_jsonl(path: str, text_fields: Sequence[str], label_field: str,
+                max_rows: Optional[int] = None) -> list[Example]:
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFileError(f"{path}:{number}: not JSON: {e.msg}") from None
-            if not isinstance(row, dict):
-                raise DataFileError(f"{path}:{number}: expected a JSON object")
-            missing = [c for c in (*text_fields, label_field) if c not in row]
-            if missing:
-                raise DataFileError(f"{path}:{number}: missing field(s) {missing}")
-            examples.append((tuple(str(row[c]) for c in text_fields), str(row[label_field])))
+    for number, line in _lines(path, max_rows):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFileError(path, number, f"not JSON: {e.msg}",
+                                "one JSON object per line", line.rstrip("\r\n")) from None
+        if not isinstance(row, dict):
+            raise DataFileError(path, number, "expected a JSON object",
+                                "one JSON object per line, e.g. "
+                                '{"sentence": "...", "label": "pos"}', line.rstrip("\r\n"))
+        missing = [c for c in (*text_fields, label_field) if c not in row]
+        if missing:
+            raise DataFileError(path, number, f"missing field {', '.join(map(repr, missing))} "
+                                f"(it has {', '.join(map(repr, row))})",
+                                "every line needs the text_fields and the label_field",
+                                line.rstrip("\r\n"))
+        examples.append((tuple(str(row[c]) for c in text_fields), str(row[label_field])))
     return examples
 
 
 def load_examples(path: str, text_fields: Sequence[str] = ("sentence",),
-                  label_field: str = "label") -> list[Example]:
-    """Reads ``.jsonl``/``.json`` (one object a line) or TSV with a header (anything else).
+                  label_field: str = "label", max_rows: Optional[int] = None
+                  ) -> list[Example]:
+    """Reads ``.jsonl``/``.json`` (one object a line) or TSV with a header (anything else);
+    with ``max_rows``, only the first rows (a sample, for checks).
 
     Raises:
-      ValueError: naming file:line, for a malformed row or a missing field.
+      DataFileError: naming file:line, for a malformed row, a missing field or bad bytes.
     """
     if not 1 <= len(text_fields) <= 2:
         raise ValueError(f"text_fields must name one or two fields, got {list(text_fields)}")
     if path.endswith((".jsonl", ".json")):
-        return _load_jsonl(path, text_fields, label_field)
-    return _load_tsv(path, text_fields, label_field)
+        return _load_jsonl(path, text_fields, label_field, max_rows)
+    return _load_tsv(path, text_fields, label_field, max_rows)
 
 
 def labels_of(examples: Sequence[Example]) -> list[str]:

@@ -17,6 +17,7 @@ from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
 TASK = "classification_task"
 # Training files up to this size are read at compile time to check their labels.
 LABEL_CHECK_BYTES = 16 << 20
+SAMPLE_ROWS = 10_000  # rows of larger files read at compile time
 
 
 def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[Stage],
@@ -57,10 +58,7 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
     b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
     check_finetune(ctx, task, p, accel)
     inputs, fps, deps = finetune_files(ctx, task)
-    labels = p["labels"]
-    if labels is not None and "train_file" in inputs and not uris.is_gcs(inputs["train_file"]):
-        check_labels(ctx, task, inputs["train_file"], labels, p["text_fields"],
-                     p["label_field"])
+    check_classification_files(ctx, task, inputs, p)
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
     deps.append(vocab.id)
@@ -143,23 +141,74 @@ def finetune_files(ctx: PlanContext, task: str) -> tuple[dict, dict, list]:
     return inputs, fps, deps
 
 
-def check_labels(ctx: PlanContext, task: str, path: str, labels: list, text_fields,
-                 label_field) -> None:
-    """Labels in the training data that the task does not list (when the file is small)."""
-    if not os.path.isfile(path) or os.path.getsize(path) > LABEL_CHECK_BYTES or not text_fields:
-        return
-    from runexp.tasks.classification import load_examples  # light: numpy, no TensorFlow
+def _read(ctx: PlanContext, path: str, p: dict) -> tuple[Optional[list], bool]:
+    """(examples, whole) of a local classification file: all of it up to LABEL_CHECK_BYTES,
+    else a sample of its first SAMPLE_ROWS rows; (None, False) after reporting an error."""
+    from runexp.tasks.classification import DataFileError, load_examples  # no TensorFlow
 
-    loc = ctx.loc(TASK, "labels", task)
+    whole = os.path.getsize(path) <= LABEL_CHECK_BYTES
     try:
-        found = {label for _, label in load_examples(path, text_fields, label_field)}
-    except ValueError as e:
-        ctx.c.error(f"{task}: cannot read the training data: {e}", loc,
-                    hint="fix the file, or check text_fields and label_field")
+        return load_examples(path, p["text_fields"], p["label_field"],
+                             None if whole else SAMPLE_ROWS), whole
+    except DataFileError as e:
+        ctx.c.problems(e.problems)
+        return None, False
+
+
+def check_classification_files(ctx: PlanContext, task: str, inputs: dict, p: dict) -> None:
+    """Local train and dev files read (or sampled, when large) at compile time: header,
+    columns, every row's shape, UTF-8; at least two labels in train; the task's labels
+    cover train's; every dev label is one the model trains on (else its examples can never
+    be scored right: the run would report accuracy on what is left, or 0.000)."""
+    if not p["text_fields"] or len(p["text_fields"]) not in (1, 2):
         return
-    unknown = sorted(found - set(labels))
-    if unknown:
-        ctx.c.error(f"{task}: the training data has {len(found)} labels, "
-                    f"{len(unknown)} of them not in {task}/classification_task.labels: "
-                    f"{', '.join(map(repr, unknown[:5]))}", loc,
-                    hint="add them to labels, or leave labels unset to read them from the data")
+    labels = p["labels"]
+    train_path = inputs.get("train_file")
+    known = set(labels) if labels is not None else None
+    if train_path and not uris.is_gcs(train_path) and os.path.isfile(train_path):
+        examples, whole = _read(ctx, train_path, p)
+        if examples is not None and whole:
+            found = {label for _, label in examples}
+            loc = ctx.loc(TASK, "labels", task) or ctx.loc(TASK, "train_file", task)
+            if not examples:
+                ctx.c.error(f"{train_path}: no examples", ctx.loc(TASK, "train_file", task),
+                            hint="the train file has a header but no rows")
+            elif len(found) < 2 and labels is None:
+                ctx.c.error(f"{train_path}: every example has the label {next(iter(found))!r}:"
+                            " nothing to classify", ctx.loc(TASK, "train_file", task),
+                            hint=f"check label_field ({p['label_field']!r}): it should name "
+                                 "the column holding the class")
+            unknown = sorted(found - set(labels)) if labels is not None else []
+            if unknown:
+                ctx.c.error(f"{task}: the training data has {len(found)} labels, "
+                            f"{len(unknown)} of them not in {task}/classification_task.labels: "
+                            f"{', '.join(map(repr, unknown[:5]))}", loc,
+                            hint="add them to labels, or leave labels unset to read them from "
+                                 "the data")
+            if known is None:
+                known = found
+    for name, path in (inputs.get("dev_files") or {}).items():
+        if uris.is_gcs(path) or not os.path.isfile(path) or path == train_path:
+            continue
+        examples, whole = _read(ctx, path, p)
+        if examples is None:
+            continue
+        if whole and not examples:
+            ctx.c.error(f"{path}: dev set {name!r} has no examples", ctx.loc(TASK, "dev_files",
+                        task) or ctx.loc(TASK, "dev_file", task),
+                        hint="the file has a header but no rows")
+        if known is None:
+            continue
+        unseen: dict = {}
+        for _, label in examples:
+            if label not in known:
+                unseen[label] = unseen.get(label, 0) + 1
+        if unseen:
+            shown = ", ".join(f"{k!r} ({v} example{'s' if v != 1 else ''})"
+                              for k, v in sorted(unseen.items())[:5])
+            ctx.c.error(f"{path}: dev set {name!r} has labels the model is never trained on: "
+                        f"{shown}", ctx.loc(TASK, "dev_files", task) or
+                        ctx.loc(TASK, "dev_file", task),
+                        hint=f"the training labels are {', '.join(map(repr, sorted(known)[:8]))}"
+                             ": fix the dev labels (spelling, case), or give the task's full "
+                             f"list in {task}/classification_task.labels")

@@ -140,3 +140,30 @@ t/classification_task.dev_file = 'gs://b/dev.tsv'
            "is unknown" in text
     assert "e.gin:8: error: fine-tune batch size 12 is not divisible by the 8 replicas of " \
            "tpu_v3_8" in text
+
+
+def test_dev_labels_never_trained_on_are_one_error(write, release):
+    path = _experiment(write, release)
+    write("dev.tsv", "label\tsentence\nPOS\tgood\nneg\tbad\nPOS\tfine\n")
+    text = errors_of(path, [
+        f"sst/classification_task.dev_files = {{'a': '{write.dir}/dev.tsv'}}"])
+    assert "dev.tsv: dev set 'a' has labels the model is never trained on: 'POS' (2 examples)" \
+        in text
+    assert "hint: the training labels are 'bad', 'good'" not in text  # labels, not texts
+    assert "hint: the training labels are 'neg', 'pos'" in text
+
+
+def test_a_malformed_dev_row_is_reported_at_its_line_in_the_dry_run(write, release):
+    path = _experiment(write, release)
+    write("dev.tsv", "label\tsentence\npos\tgood\nneg\tbad\textra\n")
+    text = errors_of(path, [f"sst/classification_task.dev_files = {{'a': '{write.dir}/dev.tsv'}}"])
+    assert f"{write.dir}/dev.tsv:3: error: 3 tab-separated fields, the header has 2" in text
+    assert "hint: one example per line" in text
+
+
+def test_a_train_file_with_one_label_is_refused(write, release):
+    write("one.tsv", "label\tsentence\npos\tgood\npos\tfine\n")
+    path = _experiment(write, release)
+    text = errors_of(path, [f"sst/classification_task.train_file = '{write.dir}/one.tsv'"])
+    assert "every example has the label 'pos': nothing to classify" in text
+    assert "check label_field ('label')" in text

@@ -20,13 +20,17 @@ def test_tsv_and_jsonl(tmp_path):
 
 def test_malformed_rows_name_file_and_line(tmp_path):
     (tmp_path / "a.tsv").write_text("label\tsentence\npos\tok\nneg\ttoo\tmany\n")
-    with pytest.raises(ValueError, match=r"a\.tsv:3: 3 tab-separated fields"):
+    with pytest.raises(ValueError, match=r"a\.tsv:3: error: 3 tab-separated fields") as e:
         load_examples(str(tmp_path / "a.tsv"))
+    assert "hint: one example per line" in str(e.value)
     (tmp_path / "b.jsonl").write_text('{"sentence": "x", "label": "a"}\n{"sentence": "y"}\n')
-    with pytest.raises(ValueError, match=r"b\.jsonl:2: missing field\(s\) \['label'\]"):
+    with pytest.raises(ValueError, match=r"b\.jsonl:2: error: missing field 'label'"):
         load_examples(str(tmp_path / "b.jsonl"))
-    with pytest.raises(ValueError, match=r"a\.tsv:1: .*no column"):
+    with pytest.raises(ValueError, match=r"a\.tsv:1: error: the header has no column 'premise'"):
         load_examples(str(tmp_path / "a.tsv"), ["premise"])
+    (tmp_path / "c.tsv").write_bytes(b"label\tsentence\npos\tfine\nneg\tcaf\xe9\n")
+    with pytest.raises(ValueError, match=r"c\.tsv:3: error: not UTF-8 text \(byte 0xe9"):
+        load_examples(str(tmp_path / "c.tsv"))
 
 
 def test_encode_single_and_pair(spm_dir):
