@@ -109,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--explain", action="append", default=[], metavar="NAME",
                    help="print where a value comes from: a MACRO or configurable.param "
                         "(scope/configurable.param for a task); repeatable")
+    p.add_argument("--offline", action="store_true",
+                   help="with --dry_run: plan without asking Cloud Storage (no listing of "
+                        "gs:// inputs, no preflight); changes to gs:// inputs go unseen")
     p.add_argument("--until", action="append", default=[], metavar="STAGE",
                    help="run STAGE and the stages it needs, nothing after (a stage id, or a "
                         "kind such as preprocess for all its stages)")
@@ -316,6 +319,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
+    if args.offline:
+        if not args.dry_run:
+            print("error: --offline only plans (the run needs storage)\n  hint: add "
+                  "--dry_run, or drop --offline", file=sys.stderr)
+            return EXIT_USER_ERROR
+        import os
+
+        os.environ["RUNEXP_NO_INPUT_LISTING"] = "1"  # compiler/gcs_inputs.py
     from runexp.compiler.errors import UserError
     from runexp.compiler.planner import compile_experiment
     from runexp.compiler.render import render_plan
@@ -356,7 +367,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USER_ERROR
     from runexp.compiler.preflight import errors as preflight_errors, preflight
 
-    findings = preflight(plan)
+    findings = preflight(plan, offline=args.offline)
     problems = preflight_errors(findings)
     if args.dry_run:
         if args.plan_format == "json":

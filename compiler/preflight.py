@@ -5,9 +5,10 @@ bucket exists, objects can be created and deleted under the root (a probe object
 once), the bucket's location suits the TPU's zone, the TPU's service account is granted
 access when that can be read, no binding makes the bucket public; every gs:// input outside
 the output root matches at least one object (by the listing the plan was compiled from,
-compiler/gcs_inputs.py, when it has one). Offline or without credentials the checks are
-skipped with a note, never a failure. A local root is checked without writing: the nearest
-existing directory must be writable.
+compiler/gcs_inputs.py, when it has one). No credentials is an error saying how to
+authenticate; unreachable storage, or a dry run with `--offline`, skips the checks with a
+note. A local root gets a probe file created and removed in it (or its nearest existing
+parent).
 
 Each finding starts with "ok:", "WARNING:", "error:" or "skipped:"; errors stop a run.
 """
@@ -29,13 +30,24 @@ def zone_region(zone: Optional[str]) -> Optional[str]:
 
 
 def _local_root(root: str) -> list[str]:
+    """Tries what it claims: a probe file created and removed in the root, or in its nearest
+    existing parent (permission bits alone lie: read-only mounts, full disks, ACLs)."""
+    import tempfile
+
     parent = root
     while not os.path.exists(parent) and os.path.dirname(parent) != parent:
         parent = os.path.dirname(parent)
-    if os.path.isdir(parent) and os.access(parent, os.W_OK | os.X_OK):
-        return [f"ok: can write under {parent}" + ("" if parent == root else f" (creates {root})")]
-    return [f"error: cannot write under {parent}: fix its permissions or choose another "
-            "OUTPUT_ROOT"]
+    if not os.path.isdir(parent):
+        return [f"error: OUTPUT_ROOT {root}: {parent} is a file, not a directory: choose "
+                "another OUTPUT_ROOT"]
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".runexp-probe-", dir=parent)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        return [f"error: cannot write under {parent} ({e.strerror}): fix its permissions or "
+                "free space, or choose another OUTPUT_ROOT"]
+    return [f"ok: can write under {parent}" + ("" if parent == root else f" (creates {root})")]
 
 
 def _gcs_inputs(plan: Plan) -> list[str]:
@@ -68,10 +80,14 @@ def _check_inputs(storage, inputs: Iterable[str], listed: Optional[dict] = None)
     return findings
 
 
-def preflight(plan: Plan) -> list[str]:
-    """The findings for `plan` (see the module docstring)."""
+def preflight(plan: Plan, offline: bool = False) -> list[str]:
+    """The findings for `plan` (see the module docstring); ``offline`` (`--offline` dry
+    runs): storage is not asked, and the plan says so."""
     if not uris.is_gcs(plan.output_root):
         return _local_root(plan.output_root)
+    if offline:
+        return ["skipped: offline planning (--offline): the bucket, access and gs:// inputs "
+                "were not checked"]
     from runexp.runtime import storage  # no TensorFlow; google-cloud-storage on first use
 
     accel = plan.accelerator or {}

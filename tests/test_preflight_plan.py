@@ -111,3 +111,51 @@ def test_local_root_is_checked_without_writing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"    ok: can write under {tmp_path} (creates {tmp_path}/new/out)" in out
     assert not (tmp_path / "new").exists()
+
+
+def _no_credentials_env(tmp_path):
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")}
+    env.update(HOME=str(tmp_path / "home"), NO_GCE_CHECK="True",
+               CLOUDSDK_CONFIG=str(tmp_path / "gcloud"))
+    return env
+
+
+def test_gcs_root_without_credentials_says_how_to_authenticate(tmp_path):
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
+            "--gin_param=OUTPUT_ROOT='gs://some-bucket/exp'"]
+    env = _no_credentials_env(tmp_path)
+    run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "no Google credentials to reach gs://some-bucket/exp" in run.stderr
+    assert "gcloud auth application-default login" in run.stderr
+    assert "Traceback" not in run.stderr
+    dry = subprocess.run(args + ["--dry_run"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert dry.returncode == 1 and "add --offline to the dry run" in dry.stdout
+    offline = subprocess.run(args + ["--dry_run", "--offline"], capture_output=True,
+                             text=True, env=env, timeout=300)
+    assert offline.returncode == 2, offline.stderr
+    assert "skipped: offline planning (--offline)" in offline.stdout
+    refused = subprocess.run(args + ["--offline"], capture_output=True, text=True, env=env,
+                             timeout=300)
+    assert refused.returncode == 1 and "--offline only plans" in refused.stderr
+
+
+def test_local_root_is_probed_by_writing(tmp_path, capsys):
+    (tmp_path / "a-file").write_text("x")
+    code = main(["--gin_file=quickstart.gin", f"--gin_param=OUTPUT_ROOT='{tmp_path}/a-file/out'",
+                 "--dry_run"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert f"error: OUTPUT_ROOT {tmp_path}/a-file/out: {tmp_path}/a-file is a file" in out
+    assert main(["--gin_file=quickstart.gin", f"--gin_param=OUTPUT_ROOT='{tmp_path}/new/out'",
+                 "--dry_run"]) == 2
+    assert f"ok: can write under {tmp_path} (creates {tmp_path}/new/out)" in \
+        capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # the probe is gone

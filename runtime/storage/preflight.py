@@ -40,8 +40,10 @@ def preflight(uri_prefix: str, region: str | None = None,
         with_retries("preflight", bucket_uri,
                      lambda: bucket.reload(timeout=quick.timeout, retry=None), quick)
     except auth_exceptions.DefaultCredentialsError:
-        return ["skipped: no Google credentials found (set up Application Default "
-                "Credentials); storage checks not run"]
+        return [f"error: no Google credentials to reach {uri_prefix}: run `gcloud auth "
+                "application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
+                "service account key file); to review a plan without storage access, add "
+                "--offline to the dry run"]
     except api.NotFound:
         return [f"error: bucket {bucket_uri} does not exist (or is not visible to these "
                 "credentials)"]
