@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from runexp.compiler import uris
+from runexp.compiler.corpus_check import MAX_FILES, check_files
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import PreprocessSpec
 from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
@@ -80,12 +81,32 @@ def text_inputs(ctx: PlanContext, task: str, p: dict, b: StageBuilder
     if p["num_shards"] == 0:
         b.set("num_shards", *auto_shards(ctx, train_uris))
     held_uris, f2, d2 = ctx.files(held, f"{task}.validation_files", loc_v)
+    check_text(ctx, task, train_uris, ctx.loc(TASK, "train_files", task))
+    check_text(ctx, task, held_uris, loc_v)
     if train and held and sorted(train_uris) == sorted(held_uris):
         ctx.c.warn("the held-out files are the training files: evaluation will measure "
                    "memorisation, not generalisation", loc_v,
                    hint="hold out documents the model never trains on")
     return ({"train_files": train_uris, "validation_files": held_uris},
             {"train": f1, "validation": f2}, d1 + d2)
+
+
+def check_text(ctx: PlanContext, task: str, patterns: list, location) -> None:
+    """Local corpus files sampled (compiler/corpus_check.py): a compressed or binary file is
+    an error; an empty one a warning, an error when no file has text."""
+    paths = [path for pattern in patterns if not uris.is_gcs(pattern)
+             and not (ctx.corpus_stage is not None
+                      and pattern.startswith(ctx.corpus_stage.output_dir))
+             for path in uris.expand_local(pattern)]
+    if not paths:
+        return
+    problems = check_files(paths)
+    empty = [p for p in problems if p[1].startswith("no text")]
+    for path, what, hint in problems:
+        if (path, what, hint) in empty and len(empty) < min(len(paths), MAX_FILES):
+            ctx.c.warn(f"{task}: {path}: {what}; it is skipped", location, hint=hint)
+        else:
+            ctx.c.error(f"{task}: {path}: {what}", location, hint=hint)
 
 
 def check_masking(ctx: PlanContext, task: str, p: dict) -> None:
