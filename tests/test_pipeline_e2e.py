@@ -92,6 +92,54 @@ def test_status_reports_every_stage_done(finished):
 
 
 @pytest.mark.slow
+def test_curves_and_report_of_the_finished_run(finished):
+    import base64
+    import re
+
+    from runexp.compiler.estimates import estimates
+    from runexp.compiler.plan import Plan
+    from runexp.runtime.report import curves, report
+
+    root, _ = finished
+    for stage in ("pretrain", "finetune.stdlib_package"):  # drawn by the training stages
+        with open(os.path.join(root, stage, "curves.png"), "rb") as f:
+            png = f.read()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000, stage
+        logs = curves.read_logs(os.path.join(root, stage))
+        fig = curves.curves_figure(stage.split(".")[0], logs)
+        loss = next(line for line in fig.axes[0].get_lines() if line.get_label() == "train")
+        assert list(loss.get_xdata()) == [r["step"] for r in logs.train] and len(logs.train) >= 4
+        assert list(loss.get_ydata()) == [r["loss"] for r in logs.train]
+
+    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", "report", root],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    html = open(os.path.join(root, "report.html"), encoding="utf-8").read()
+    assert f"{len(STAGES)} of {len(STAGES)} done" in html
+    manifests = {s: json.load(open(os.path.join(root, s, "MANIFEST.json"))) for s in STAGES}
+    time_section = html.split("id='time'")[1].split("<h2")[0]
+    for stage in STAGES:
+        assert f"<b>{stage}</b>" in html
+        row = re.search(rf"<tr><td>{re.escape(stage)}</td>(.*?)</tr>", time_section).group(1)
+        assert report.duration(manifests[stage]["seconds"]) in row, stage
+    plan = Plan.from_json(open(os.path.join(root, "plan.json")).read())
+    for stage, est in estimates(plan).items():
+        assert report.duration(est.hours * 3600) in time_section, stage
+    ev = manifests["evaluate"]["summary"]
+    ft = manifests["finetune.stdlib_package"]["summary"]
+    assert f"<b>{ev['mlm_accuracy']:.1%}</b>" in html
+    assert f"most frequent token: {ev['majority_token_accuracy']:.1%}" in html
+    assert f"<b>{ft['accuracy']:.1%}</b>" in html
+    assert f"majority class: {ft['majority_baseline']:.1%}" in html
+    images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
+    assert len(images) == 2
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    for artifact in ("saved_model/", "bert_model.ckpt.*", "vocab.txt", "bert_config.json"):
+        assert f"<code>{artifact}</code>" in html
+    assert f"tensorboard --logdir {root}" in html
+
+
+@pytest.mark.slow
 def test_inspect_decodes_examples_with_masks_marked(finished):
     root, _ = finished
     proc = subprocess.run(

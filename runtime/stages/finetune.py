@@ -6,7 +6,8 @@ from: ``checkpoint_dir`` (a pretrain stage's directory) or ``init_checkpoint`` (
 prefix in Google's layout, e.g. a released BERT). Writes ``checkpoints/``, ``metrics.json``
 (per dev set under ``dev_sets``: ``accuracy``, ``majority_baseline``, ``examples``; at the top
 level the first set's ``accuracy`` and ``majority_baseline``, and ``num_labels``,
-``dev_examples``, ``train_examples``), ``predictions.<dev set>.tsv``.
+``dev_examples``, ``train_examples``), ``predictions.<dev set>.tsv``, ``curves.png``
+(runtime/report/curves.py, with the dev scores and the majority class).
 
 Params are a ``FinetuneSpec`` (compiler/specs/finetune.py); the optimizer is BERT's
 run_classifier one (AdamW, linear decay, clipping at 1.0).
@@ -36,9 +37,11 @@ from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.distributed import PerHostDataset
 from runexp.runtime.model import BertClassifier
 from runexp.runtime.optimizer import optimizer_from_spec
+from runexp.runtime.preemption import Preempted
+from runexp.runtime.report.curves import draw_stage_curves
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, classification_metrics
 from runexp.tasks import seqio_tasks
-from runexp.tasks.classification import labels_of, load_examples
+from runexp.tasks.classification import DataFileError, labels_of, load_examples
 from runexp.tasks.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"
@@ -133,7 +136,8 @@ def run(ctx) -> dict:
     train_file = _one_file(inputs["train_file"])
     train = load_examples(train_file, text_fields, label_field)
     if not train:
-        raise ValueError(f"no training examples in {inputs['train_file']}")
+        raise DataFileError(train_file, 0, "no training examples",
+                            "the train file has a header but no rows")
     labels = list(spec.data.labels or labels_of(train))
     dev_files = {name: _one_file(path) for name, path in _dev_sets(inputs).items()}
     task = seqio_tasks.register_classification_task(
@@ -142,11 +146,13 @@ def run(ctx) -> dict:
     dev_sets = {}
     for name, path in dev_files.items():
         dev = load_examples(path, text_fields, label_field)
-        unknown = [ex for ex in dev if ex[1] not in labels]
-        if unknown:
-            ctx.progress(f"dev set {name}: {len(unknown)} examples have labels not in the label "
-                         f"set (e.g. {unknown[0][1]!r}): left out of the score")
-        dev = [ex for ex in dev if ex[1] in labels]
+        unknown = sorted({ex[1] for ex in dev} - set(labels))
+        if unknown:  # before any training: they could never be scored right
+            raise DataFileError(
+                path, 0, f"dev set {name!r} has labels the model is never trained on: "
+                f"{', '.join(map(repr, unknown[:5]))}",
+                f"the task's labels are {', '.join(map(repr, labels[:8]))}: fix the dev "
+                "labels (spelling, case), or list every label in classification_task.labels")
         dev_sets[name] = (dev, _arrays(task, name))
 
     config = BertConfig.from_dict(spec.model)
@@ -188,7 +194,11 @@ def run(ctx) -> dict:
             return ds.skip(skip_batches * replicas).prefetch(2)
         return PerHostDataset(host_dataset)
 
-    result = trainer.train(make_dataset)
+    try:
+        result = trainer.train(make_dataset)
+    except Preempted:  # and DeadlineReached: the curves so far, then the stop goes on
+        draw_stage_curves(ctx, sync=True)
+        raise
 
     majority_label = collections.Counter(label for _, label in train).most_common(1)[0][0]
     scores = {}
@@ -218,4 +228,5 @@ def run(ctx) -> dict:
     with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
+    draw_stage_curves(ctx, summary)  # curves.png, with the dev scores; a failure only warns
     return summary

@@ -3,8 +3,9 @@
 Contract (docs/STAGES.md): params are a ``TrainSpec`` (compiler/specs/train.py); inputs
 ``data_dir``, ``vocab_dir`` (a mixture: ``data_dirs``, task -> dir, with the param
 ``mixture_rates``, task -> rate). Writes ``checkpoints/``, ``tensorboard/``,
-``bert_config.json``, ``train_log.jsonl``. Re-running with checkpoints present continues
-from the latest.
+``bert_config.json``, ``train_log.jsonl``, ``curves.png`` (runtime/report/curves.py: drawn
+at the end and at a stop; a failure to draw is only a warning). Re-running with checkpoints
+present continues from the latest.
 
 The executor adds ``deadline_unix`` and ``deadline_margin_s`` from
 ``experiment.wall_time_hours`` and ``wall_time_margin_minutes``: training stops with a
@@ -29,6 +30,8 @@ from runexp.runtime.distributed import PerHostDataset
 from runexp.runtime.bert_config import BertConfig, check_vocab, write_bert_config
 from runexp.runtime.model import BertPretrainer, count_parameters
 from runexp.runtime.optimizer import optimizer_from_spec
+from runexp.runtime.preemption import Preempted
+from runexp.runtime.report.curves import draw_stage_curves
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
 
 
@@ -129,7 +132,11 @@ def run(ctx) -> dict:
                                            context.num_input_pipelines))
         return PerHostDataset(host_dataset)
 
-    result = trainer.train(make_dataset)
+    try:
+        result = trainer.train(make_dataset)
+    except Preempted:  # and DeadlineReached: the curves so far, then the stop goes on
+        draw_stage_curves(ctx, sync=True)
+        raise
     summary = {
         "step": result["step"],
         "loss": result.get("loss"),
@@ -148,4 +155,5 @@ def run(ctx) -> dict:
                                                             "loss")}
     if init_report is not None:
         summary["init_checkpoint"] = init_report
+    draw_stage_curves(ctx, summary)  # curves.png; a failure is only a warning
     return summary
