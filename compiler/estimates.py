@@ -119,7 +119,7 @@ def _instances(plan: Plan) -> tuple[Optional[int], str]:
         except (OSError, ValueError, AttributeError):
             pass
     corpus = next((s for s in plan.stages if s.kind == "corpus"), None)
-    size = _corpus_bytes(pre.inputs["train_files"])
+    size = _corpus_bytes(pre.inputs.get("train_files") or [])  # none: a seqio source
     if not size and corpus is not None:
         size = corpus.params["min_bytes"]
     if not size:

@@ -23,7 +23,7 @@ from runexp.compiler.loader import load
 from runexp.compiler.plan import Plan
 from runexp.compiler.resolve import Resolver
 from runexp.compiler.specs.launch import LAUNCH_FIELDS
-from runexp.compiler.stages.common import PlanContext
+from runexp.compiler.stages.common import PlanContext, has_validation
 from runexp.compiler.stages.evaluate import plan_evaluate
 from runexp.compiler.stages.export import plan_export
 from runexp.compiler.stages.finetune import plan_finetune
@@ -101,14 +101,19 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
 
 def _plan_evaluate(ctx: PlanContext, pres: list, pretrain, single: bool) -> None:
     """Evaluates on the held-out split of every task that has one; warns for the others."""
-    held = [pre for pre in pres if pre.inputs["validation_files"]]
+    held = [pre for pre in pres if has_validation(pre)]
     for pre in pres:
-        if not pre.inputs["validation_files"]:
+        if not has_validation(pre):
             t = pre.params["task"]
-            ctx.c.warn("no held-out files: the evaluate stage is left out" if not held
-                       else f"task {t!r} has no held-out files: the evaluate stage leaves it out",
-                       ctx.loc("bert_pretraining_task", "validation_files", t),
-                       hint="set HELDOUT_FILES (validation_files) to text not used for training")
+            seqio = "seqio_task" in pre.params or "tfds_name" in pre.params
+            ctx.c.warn("no held-out data: the evaluate stage is left out" if not held
+                       else f"task {t!r} has no held-out data: the evaluate stage leaves it out",
+                       ctx.loc("bert_pretraining_task", "validation_split" if seqio
+                               else "validation_files", t),
+                       hint=f"set {t}/bert_pretraining_task.validation_split to a split the "
+                            "model does not train on" if seqio else
+                            "set HELDOUT_FILES (validation_files) to text not used for "
+                            "training")
     if held:
         plan_evaluate(ctx, held[0] if single else held, pretrain)
 

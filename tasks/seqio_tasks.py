@@ -55,8 +55,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import seqio
 import tensorflow as tf
 
+from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import records
-from runexp.tasks.classification import encode_examples, labels_of, load_examples
+from runexp.tasks.classification import DataFileError, encode_examples, labels_of, load_examples
 from runexp.tasks.dynamic_masking import mask_batch
 from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
@@ -265,9 +266,13 @@ def register_pretraining_task_from_stage(stage, cache_root: Optional[str] = None
     ``cache_root`` (default: the stage's output_dir); ``rebase`` maps the stage's input
     paths (an experiment read from another place than it was run)."""
     p, inputs = dict(stage.params), rebase(dict(stage.inputs))
+    # Only a text source can be read again uncached; the others (seqio sources, adopted
+    # examples) are registered from their cache.
+    text = SourceSpec.pick(p).reads_text_files
     return register_bert_pretraining_task(
-        p.pop("task"), vocab_dir=inputs["vocab_dir"], train_files=inputs["train_files"],
-        validation_files=inputs.get("validation_files") or (),
+        p.pop("task"), vocab_dir=inputs["vocab_dir"],
+        train_files=(inputs.get("train_files") or ()) if text else (),
+        validation_files=(inputs.get("validation_files") or ()) if text else (),
         num_shards=int(p.pop("num_shards", 1) or 1),
         cache_root=cache_root or stage.output_dir, **p)
 
@@ -376,9 +381,9 @@ def register_classification_task(name: str, train_file: str,
     for one ``dev_file`` or one split per named dev set (``dev_file``: name -> file).
 
     Features: input_ids, input_mask, segment_ids (int32 [max_seq_length]), label_ids (int32).
-    ``labels`` None takes the sorted labels of the train file. Dev examples whose label is
-    not one of ``labels`` are left out (the finetune stage does not score them); in the
-    train split they are an error. Examples keep the files' order.
+    ``labels`` None takes the sorted labels of the train file. An example whose label is
+    not one of ``labels`` is an error (DataFileError): a dev example the model cannot
+    predict would be scored wrong, or silently left out. Examples keep the files' order.
     """
     dev = {"validation": dev_file} if isinstance(dev_file, str) else dict(dev_file)
     files = {"train": train_file, **dev}
@@ -392,8 +397,14 @@ def register_classification_task(name: str, train_file: str,
         if not known:
             known.append(labels_of(load_examples(train_file, text_fields, label_field)))
         examples = load_examples(files[split], text_fields, label_field)
-        if split != "train":
-            examples = [ex for ex in examples if ex[1] in known[0]]
+        unseen = sorted({label for _, label in examples} - set(known[0]))
+        if unseen:  # checked in the dry run for local files; here for gs:// ones
+            raise DataFileError(
+                files[split], 0, f"{split}: labels the model is never trained on: "
+                f"{', '.join(map(repr, unseen[:5]))}",
+                f"the task's labels are {', '.join(map(repr, known[0][:8]))}: fix the "
+                f"labels (spelling, case), or list every label in {name}/"
+                "classification_task.labels")
         arrays = encode_examples(examples, cached_tokenizer(vocab_dir), known[0],
                                  max_seq_length)
         return tf.data.Dataset.from_tensor_slices(arrays)

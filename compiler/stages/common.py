@@ -20,6 +20,7 @@ from runexp.compiler.gcs_inputs import NOT_LISTED, InputLister, listing_digest
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import Stage
 from runexp.compiler.schema import CONFIGURABLES
+from runexp.compiler.user_modules import resolve_imports
 
 # The fingerprint of an input whose content the compiler cannot see: a gs:// input that
 # could not be listed (compiler/gcs_inputs.py), a file that does not exist (yet).
@@ -76,6 +77,9 @@ class PlanContext:
         self.corpus_stage: Optional[Stage] = None
         self.checked_mixtures: dict[str, Optional[list[str]]] = {}  # checked (and reported) once
         self.gcs = InputLister()  # gs:// inputs, each listed once per compile
+        # The gin imports, found once per compile (never imported: compiler/user_modules.py);
+        # one that names no module is an error of every experiment.
+        self.modules = resolve_imports(resolver.config.imports, collector)
 
     def loc(self, configurable: str, param: str, scope: str = "") -> Optional[Location]:
         return self.r.provenance(configurable, param, scope).location
@@ -158,6 +162,12 @@ class PlanContext:
                          f"{accel.name}", location,
                          hint=f"use a multiple of {accel.replicas}, e.g. "
                               f"{-(-batch // accel.replicas) * accel.replicas}")
+
+
+def has_validation(pre: Stage) -> bool:
+    """A preprocess stage makes a validation split: from held-out files, or from a seqio
+    source's validation split."""
+    return bool(pre.inputs.get("validation_files") or pre.params.get("validation_split"))
 
 
 def data_inputs(pre) -> tuple[dict, dict, list]:

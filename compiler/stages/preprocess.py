@@ -71,11 +71,12 @@ def text_inputs(ctx: PlanContext, task: str, p: dict, b: StageBuilder
     held = ctx.r.get(TASK, "validation_files", task) or []
     loc_v = ctx.loc(TASK, "validation_files", task)
     if not train:
-        ctx.c.error(f"{task}: format {p['format']!r} reads text files, but "
-                    f"{task}/bert_pretraining_task.train_files is not set",
-                    ctx.loc(TASK, "format", task) or ctx.loc("train", "task"),
-                    hint=f"set {task}/bert_pretraining_task.train_files = ['corpus/*.txt'], "
-                         "or choose a seqio source (format = 'tfds' or 'seqio_documents')")
+        ctx.c.error(f"{task}: format {p['format']!r} reads text files, but none are given "
+                    f"({task}/bert_pretraining_task.train_files is empty)",
+                    ctx.loc(TASK, "train_files", task) or ctx.loc(TASK, "format", task)
+                    or ctx.loc("train", "task"),
+                    hint="set CORPUS_FILES = ['corpus/*.txt'] (the task's train_files), or "
+                         "choose a seqio source (format = 'tfds' or 'seqio_documents')")
     train_uris, f1, d1 = ctx.files(train, f"{task}.train_files",
                                    ctx.loc(TASK, "train_files", task))
     if p["num_shards"] == 0:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 import sys
 import threading
 import time
@@ -77,6 +78,15 @@ def run(ctx: StageContext) -> dict:
         # Ready-made BERT examples: checked, and cached as they are.
         from runexp.tasks.example_sources import cache_examples
         return cache_examples(ctx, config, cache_dir)
+    try:
+        return _build_shards(ctx, config, num_shards, workers, cache_dir)
+    finally:  # the spill (tokenised text, seqio documents) is scratch: never part of a stage
+        shutil.rmtree(os.path.join(ctx.work_dir, SPILL_DIR), ignore_errors=True)
+
+
+def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int, workers: int,
+                  cache_dir: str) -> dict:
+    """The shards of a text source, in parallel workers, then info, stats, COMPLETED."""
     jobs = _jobs(ctx, config, num_shards, cache_dir)
     workers = max(1, min(workers, len(jobs)))
     ctx.progress(f"building {len(jobs)} shard(s) of {', '.join(sorted({j.split for j in jobs}))}"

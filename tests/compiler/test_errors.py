@@ -30,7 +30,7 @@ def test_unknown_parameter_suggests_the_close_name(write, minimal):
 def test_missing_required_macro_points_at_where_it_is_required(write):
     path = write("e.gin", "include 'runs/pretrain.gin'\nCORPUS_FILES = 'x.txt'\n")
     text = errors_of(path)
-    assert "gin/runs/pretrain.gin:18: error: OUTPUT_ROOT (used by experiment.output_root) is required but not set" in text
+    assert "gin/runs/pretrain.gin:20: error: OUTPUT_ROOT (used by experiment.output_root) is required but not set" in text
     assert "OUTPUT_ROOT = %gin.REQUIRED" in text
 
 

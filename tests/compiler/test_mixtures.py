@@ -73,7 +73,7 @@ def test_a_member_without_held_out_text_is_left_out_of_evaluation(mixture, write
     compiled = compile_experiment([path])
     assert compiled.plan.stage("evaluate").inputs["data_dirs"] == {
         "wiki": compiled.plan.stage("preprocess.wiki").output_dir}
-    assert any("e.gin:2: warning: task 'books' has no held-out files: the evaluate stage leaves "
+    assert any("e.gin:2: warning: task 'books' has no held-out data: the evaluate stage leaves "
                "it out" in w for w in compiled.plan.warnings)
 
 

@@ -63,8 +63,30 @@ FINETUNE_TASK = 'sst'
 sst/classification_task.train_file = '{tsv}'
 sst/classification_task.dev_file = '{tsv}'
 """)
+    # seqio sources: a user's module registering a task, a prepared TFDS dataset's files.
+    (d / "my_tasks.py").write_text("import seqio\n")
+    prepared = d / "tfds" / "docs" / "1.0.0"
+    prepared.mkdir(parents=True)
+    (prepared / "dataset_info.json").write_text(
+        '{"splits": [{"name": "train"}, {"name": "test"}]}')
+    seqio_docs = d / "seqio_docs.gin"
+    seqio_docs.write_text(base + f"""import my_tasks
+CORPUS_FILES = []
+VOCAB = '{vocab}'
+pretrain/bert_pretraining_task.format = 'seqio_documents'
+pretrain/bert_pretraining_task.seqio_task = 'my_docs'
+""")
+    tfds = d / "tfds.gin"
+    tfds.write_text(base + f"""CORPUS_FILES = []
+VOCAB = '{vocab}'
+pretrain/bert_pretraining_task.format = 'tfds'
+pretrain/bert_pretraining_task.tfds_name = 'docs:1.0.0'
+pretrain/bert_pretraining_task.tfds_data_dir = '{d}/tfds'
+pretrain/bert_pretraining_task.validation_split = 'test'
+""")
     files = [os.path.join(REPO, "gin", "quickstart.gin"), str(mixture), str(adopted),
-             str(finetune_only), *sorted(glob.glob(os.path.join(REPO, "gin/experiments/*.gin")))]
+             str(finetune_only), str(seqio_docs), str(tfds),
+             *sorted(glob.glob(os.path.join(REPO, "gin/experiments/*.gin")))]
     return [compile_experiment([f]).plan for f in files]
 
 
