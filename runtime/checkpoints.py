@@ -24,6 +24,8 @@ from typing import Mapping
 
 import tensorflow as tf
 
+from runexp.compiler.errors import Problem, UserError
+
 CHECKPOINT_SUBDIR = "checkpoints"
 
 # Names in Google's checkpoints that are training state, not model: never reported unused.
@@ -68,25 +70,39 @@ def load_google_checkpoint(variables: Mapping[str, tf.Variable], prefix: str) ->
     """Assigns every variable found under its Google name in the checkpoint at ``prefix``.
 
     Raises:
-      ValueError: the vocabulary sizes differ (the checkpoint was trained with another
-        vocab), or any other shape differs.
+      UserError: no (readable) checkpoint at ``prefix``, the vocabulary sizes differ (the
+        checkpoint was trained with another vocab), or any other shape differs.
     """
-    reader = tf.train.load_checkpoint(prefix)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+    except (tf.errors.NotFoundError, ValueError) as e:
+        raise UserError(Problem(f"init_checkpoint {prefix}: no checkpoint there ("
+                                f"{str(e).splitlines()[0][:200]})",
+                                hint="INIT_CHECKPOINT is a prefix: the path of the .index file "
+                                     "without '.index', e.g. .../bert_model.ckpt")) from None
+    except (tf.errors.DataLossError, tf.errors.OpError) as e:
+        raise UserError(Problem(f"init_checkpoint {prefix}: the checkpoint cannot be read ("
+                                f"{str(e).splitlines()[0][:200]})",
+                                hint="copy it again (all of .index and .data-*), or point "
+                                     "INIT_CHECKPOINT at another one")) from None
     shapes = reader.get_variable_to_shape_map()
     word = "bert/embeddings/word_embeddings"
     if word in shapes and word in variables:
         ckpt_vocab, model_vocab = shapes[word][0], variables[word].shape[0]
         if ckpt_vocab != model_vocab:
-            raise ValueError(
+            raise UserError(Problem(
                 f"init_checkpoint {prefix} has a vocabulary of {ckpt_vocab} tokens but the "
-                f"model's vocab_size is {model_vocab}: use the vocab the checkpoint was "
-                "trained with (vocab.vocab_path) or train from scratch")
+                f"model's vocab_size is {model_vocab}",
+                hint="use the vocab the checkpoint was trained with (VOCAB = its vocab.txt), "
+                     "or train from scratch (INIT_CHECKPOINT = None)"))
     mismatched = [f"{n}: checkpoint {shapes[n]} vs model {variables[n].shape.as_list()}"
                   for n in variables
                   if n in shapes and list(shapes[n]) != variables[n].shape.as_list()]
     if mismatched:
-        raise ValueError(f"init_checkpoint {prefix} does not fit the model:\n  "
-                         + "\n  ".join(mismatched))
+        raise UserError(Problem(f"init_checkpoint {prefix} does not fit the model: "
+                                + "; ".join(mismatched[:5]),
+                                hint="choose the model size of the checkpoint (models/*.gin) "
+                                     "or set model.* to its bert_config.json"))
     loaded, missing = [], []
     for name, var in sorted(variables.items()):
         if name in shapes:

@@ -33,6 +33,7 @@ import tensorflow as tf
 from runexp.compiler import globs
 from runexp.compiler.specs import FinetuneSpec
 from runexp.runtime import checkpoints, strategy as strategy_lib
+from runexp.compiler.errors import Problem, UserError
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.distributed import PerHostDataset
 from runexp.runtime.model import BertClassifier
@@ -104,8 +105,11 @@ def _start_encoder(ctx, model: BertClassifier, trainer: Trainer) -> str:
         report = checkpoints.load_google_checkpoint(model.google_variables(), prefix)
         head = [n for n in report.missing if n.startswith("bert/")]
         if head:
-            raise ValueError(f"init_checkpoint {prefix} lacks {len(head)} encoder variables "
-                             f"(e.g. {head[0]}): it is not a BERT checkpoint of this model")
+            raise UserError(Problem(f"init_checkpoint {prefix} lacks {len(head)} encoder "
+                                    f"variables (e.g. {head[0]}): it is not a BERT checkpoint "
+                                    "in Google's variable layout",
+                                    hint="give a google-research/bert checkpoint, or the "
+                                         "export stage's bert_model.ckpt of a runexp run"))
         ctx.progress(f"init_checkpoint {prefix}: {len(report.loaded)} variables loaded; the "
                      f"classifier ({', '.join(report.missing) or 'none'}) starts fresh; "
                      f"{len(report.unused)} unused (pretraining heads)")

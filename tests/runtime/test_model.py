@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer, count_parameters
 
@@ -116,9 +117,21 @@ def test_google_checkpoint_vocab_mismatch_is_refused(tmp_path):
     prefix = checkpoints.save_google_checkpoint(BertPretrainer(CONFIG).google_variables(),
                                                 str(tmp_path / "ckpt"))
     other = BertPretrainer(BertConfig.from_dict({**CONFIG.to_dict(), "vocab_size": 60}))
-    with pytest.raises(ValueError, match="vocabulary of 50 tokens but the model's "
-                                         "vocab_size is 60"):
+    with pytest.raises(UserError, match="vocabulary of 50 tokens but the model's "
+                                        "vocab_size is 60"):
         checkpoints.load_google_checkpoint(other.google_variables(), prefix)
+
+
+def test_missing_or_corrupt_google_checkpoint_is_a_user_error(tmp_path):
+    model = BertPretrainer(CONFIG)
+    with pytest.raises(UserError, match="no checkpoint there") as e:
+        checkpoints.load_google_checkpoint(model.google_variables(), str(tmp_path / "nope"))
+    assert "INIT_CHECKPOINT is a prefix" in e.value.render()
+    prefix = checkpoints.save_google_checkpoint(model.google_variables(), str(tmp_path / "c"))
+    with open(prefix + ".index", "r+b") as f:
+        f.truncate(40)
+    with pytest.raises(UserError, match="init_checkpoint .*c: "):
+        checkpoints.load_google_checkpoint(model.google_variables(), prefix)
 
 
 def test_bfloat16_compute_is_close_to_float32():

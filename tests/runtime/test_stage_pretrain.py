@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from runtime_testlib import make_ctx, pretrain_params
+from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints, pretraining_data
 from runexp.runtime.stages import evaluate, pretrain
 
@@ -137,7 +138,7 @@ def test_init_checkpoint_in_google_layout(pretrained, pretrain_data, tmp_path):
     assert summary["init_checkpoint"]["missing"][0].startswith("cls/")
     assert summary["init_checkpoint"]["unused"] == []
     bad = pretrain_params(model=dict(p["model"], vocab_size=80), init_checkpoint=prefix)
-    with pytest.raises(ValueError, match="vocabulary of 64 tokens"):
+    with pytest.raises(UserError, match="vocabulary of 64 tokens"):
         pretrain.run(make_ctx("pretrain", bad, {"data_dir": data_dir, "vocab_dir": vocab_dir},
                               str(tmp_path / "bad")))
 
