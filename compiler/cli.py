@@ -29,6 +29,7 @@ import sys
 from typing import Optional, Sequence
 
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_PENDING, EXIT_USER_ERROR
+from runexp.compiler.terminal import highlight
 
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"  # read by the executor
 CHILD_ENV = "RUNEXP_RELAUNCHED_CHILD"  # set in children of the relaunch loop
@@ -248,7 +249,7 @@ def _inspect(argv: Sequence[str]) -> int:
     try:
         plan = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path).plan
     except UserError as e:
-        print(e.render(), file=sys.stderr)
+        print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR
     pre = [s for s in plan.stages if s.kind == "preprocess"]
     stage = next((s for s in pre if s.params["task"] == args.task), None) if args.task else \
@@ -343,7 +344,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             compiled = compile_experiment(args.gin_file, args.gin_param, args.gin_search_path)
             plan = compiled.plan
     except UserError as e:
-        print(e.render(), file=sys.stderr)
+        print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR
     if args.explain and compiled is not None:
         text, ok = _explain(compiled, args.explain)
@@ -363,7 +364,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         states = select(plan, plan_states(plan), args.until, args.only)
     except UserError as e:
-        print(e.render(), file=sys.stderr)
+        print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR
     from runexp.compiler.preflight import errors as preflight_errors, preflight
 

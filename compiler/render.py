@@ -10,12 +10,15 @@ from runexp.compiler.estimates import estimates
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import RUN_TIME, Plan
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, SKIP, StageState
+from runexp.compiler.terminal import paint
 
 SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "=", SKIP: "-"}
 LEGEND = {CREATE: "create", REBUILD: "rebuild", RESUME: "resume", REUSE: "reuse", SKIP: "skip"}
 PARTICIPLES = {CREATE: "created", REBUILD: "rebuilt", RESUME: "resumed", REUSE: "reused",
                SKIP: "skipped"}
 ORDER = (CREATE, REBUILD, RESUME, REUSE, SKIP)
+STYLES = {CREATE: "green+bold", REBUILD: "yellow+bold", RESUME: "cyan+bold", REUSE: "dim",
+          SKIP: "dim"}  # on a terminal (compiler/terminal.py)
 
 
 def _value(value: Any) -> str:
@@ -103,7 +106,8 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
     lines.append("")
     for stage in plan.stages:
         st = states[stage.id]
-        lines.append(f"{SYMBOLS[st.action]} {stage.id}  ({stage.kind})  will be "
+        lines.append(f"{paint(SYMBOLS[st.action], STYLES[st.action])} "
+                     f"{paint(stage.id, 'bold')}  ({stage.kind})  will be "
                      f"{PARTICIPLES[st.action]}")
         lines.append(f"    why: {st.reason}")
         for name, old, new in st.changes:

@@ -95,12 +95,15 @@ def eval_step(strategy: tf.distribute.Strategy, model: tf.Module):
 
 
 def evaluate_totals(strategy: tf.distribute.Strategy, model: tf.Module,
-                    dataset: tf.data.Dataset, step=None) -> dict:
+                    dataset: tf.data.Dataset, step=None, meter=None) -> dict:
     """Sums ``model.loss_stats(features, training=False)`` over one pass of ``dataset``
-    (``step``: an ``eval_step`` made earlier, to trace it once)."""
+    (``step``: an ``eval_step`` made earlier, to trace it once; ``meter``: a
+    runtime/progress.Meter advanced by the examples of each batch)."""
     step = step or eval_step(strategy, model)
     totals: dict = {}
     for features in distribute(strategy, dataset):
         for k, v in step(features).items():
             totals[k] = totals.get(k, 0.0) + float(v)
+            if k == "examples" and meter is not None:
+                meter.advance(float(v))
     return totals

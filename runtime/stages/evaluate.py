@@ -22,6 +22,7 @@ from runexp.compiler.specs import EvaluateSpec
 from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.model import BertPretrainer
+from runexp.runtime.progress import Meter
 from runexp.runtime.trainer import evaluate_totals, pretraining_metrics
 
 METRICS_FILE = "metrics.json"
@@ -47,15 +48,17 @@ def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
     return counts
 
 
-def _evaluate_data(strategy, model, data_dir: str, spec: EvaluateSpec
-                   ) -> tuple[dict, dict, int]:
+def _evaluate_data(strategy, model, data_dir: str, spec: EvaluateSpec,
+                   say=print) -> tuple[dict, dict, int]:
     """(metrics, the loss totals, majority-token hits) on one data dir's validation split."""
     seq, preds = spec.max_seq_length, spec.max_predictions_per_seq
     max_examples = spec.max_examples
     dataset = pretraining_data.pretraining_dataset(
         data_dir, "validation", batch_size=spec.batch_size, max_seq_length=seq,
         max_predictions_per_seq=preds, training=False, max_examples=max_examples)
-    totals = evaluate_totals(strategy, model, dataset)
+    with Meter(f"evaluating {os.path.basename(data_dir)}", total=max_examples or None,
+               unit="examples", say=say) as meter:
+        totals = evaluate_totals(strategy, model, dataset, meter=meter)
     metrics = pretraining_metrics(totals)
     train_counts = masked_token_counts(data_dir, "train", seq, preds, _BASELINE_MAX_EXAMPLES)
     majority = int(np.argmax(train_counts)) if train_counts.size else 0
@@ -84,11 +87,12 @@ def run(ctx) -> dict:
     step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
 
     if "data_dirs" not in inputs:  # one task
-        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], spec)
+        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], spec, ctx.progress)
     else:  # a mixture: each member's held-out split, then all of them together
         per_task, totals, hits = {}, {}, 0
         for task, data_dir in sorted(inputs["data_dirs"].items()):
-            per_task[task], task_totals, task_hits = _evaluate_data(strategy, model, data_dir, spec)
+            per_task[task], task_totals, task_hits = _evaluate_data(strategy, model, data_dir,
+                                                                    spec, ctx.progress)
             for k, v in task_totals.items():
                 totals[k] = totals.get(k, 0.0) + v
             hits += task_hits

@@ -20,6 +20,7 @@ import time
 
 from runexp.compiler.errors import UserError
 from runexp.runtime.context import StageContext
+from runexp.runtime.progress import Meter
 from runexp.tasks import records
 from runexp.tasks.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
                                              ShardStats, plan_shard_jobs, run_shard_jobs,
@@ -93,24 +94,26 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
                  f" with {workers} worker process(es)")
     start = time.monotonic()
     totals = {split: ShardStats() for split in SPLITS}
-    done = 0
 
-    def collect(result):
-        nonlocal done
-        split, shard, stats = result
-        totals[split].add(stats)
-        done += 1
-        ctx.progress(f"[{done}/{len(jobs)}] {split} shard {shard}: {stats.instances:,} "
-                     f"instances from {stats.documents:,} documents "
-                     f"({time.monotonic() - start:.1f}s)")
+    def made() -> str:
+        instances = sum(t.instances for t in totals.values())
+        seconds = max(time.monotonic() - start, 1e-9)
+        return f"{instances:,} instances ({instances / seconds:,.0f}/s)"
 
-    if workers == 1:
-        for result in run_shard_jobs(jobs, map, ctx.progress):
-            collect(result)
-    else:
-        with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
-            for result in run_shard_jobs(jobs, pool.imap_unordered, ctx.progress):
+    with Meter("shards", total=len(jobs), unit="shards", say=ctx.progress,
+               detail=made) as meter:
+        def collect(result):
+            split, shard, stats = result
+            totals[split].add(stats)
+            meter.advance()
+
+        if workers == 1:
+            for result in run_shard_jobs(jobs, map, ctx.progress):
                 collect(result)
+        else:
+            with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
+                for result in run_shard_jobs(jobs, pool.imap_unordered, ctx.progress):
+                    collect(result)
 
     summary: dict = {}
     issues = InputIssues()
