@@ -43,6 +43,7 @@ from typing import Callable, Iterator, Mapping, Sequence
 import numpy as np
 
 from runexp.compiler.specs.preprocess import PreprocessSpec
+from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.pretraining_instances import (DocumentStore, InstanceConfig,
                                                 build_batch, plan_instances)
@@ -132,9 +133,11 @@ def summary_fields(totals: Mapping[str, ShardStats]) -> dict:
 
 
 def shard_documents(files: Sequence[str], vocab_dir: str, split: str, shard: int,
-                    num_shards: int, random_seed: int = 0) -> DocumentStore:
+                    num_shards: int, random_seed: int = 0,
+                    text_format: str = SourceSpec.format,
+                    text_field: str = SourceSpec.text_field) -> DocumentStore:
     """The shard's documents (tests, inspection)."""
-    index = local_index(files, vocab_dir)
+    index = local_index(files, vocab_dir, text_format, text_field)
     return index.shard_store(index.shard_blocks(shard, num_shards), random_seed, split)[0]
 
 
@@ -145,7 +148,7 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
     """The shard's instances in their final order, as batches of padded feature arrays.
 
     Args:
-      files: the split's text files (expanded, sorted).
+      files: the split's text files (expanded, sorted), in ``config.source.format``.
       vocab_dir: a vocab stage directory.
       config: data parameters.
       split: split name (part of the seed).
@@ -154,7 +157,8 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
       index_dir: the split's index (run_shard_jobs); None: built here, once per process.
     """
     tokenizer = cached_tokenizer(vocab_dir)
-    index = open_index(index_dir) if index_dir else local_index(files, vocab_dir)
+    index = open_index(index_dir) if index_dir else local_index(
+        files, vocab_dir, config.source.format, config.source.text_field)
     if shard == 0:  # the split's input counts, once
         stats.issues.add(index.issues())
         stats.input_bytes += index.meta["input_bytes"]
@@ -274,7 +278,8 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
         os.makedirs(index_dir)
         sizes = [os.path.getsize(p) for p in job.files]
         for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
-            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments))
+            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
+                                       job.config.source.format, job.config.source.text_field))
     try:
         results: dict[str, list[RangeResult]] = {d: [] for d in splits}
         done = 0

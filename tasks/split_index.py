@@ -3,9 +3,12 @@
 The split's files (sorted, concatenated) are cut into byte ranges of equal size, anywhere;
 ``tokenize_range`` reads the lines that start in a range and tokenises them once, into a
 spill (token ids, 2 bytes each for vocabs up to 65,536 ids, and sentence lengths), counting
-every byte it reads. ``build_split_index`` joins the ranges into the split's index:
-documents stitched across range ends, and blocks of documents of ~1/4096 of the split (at
-most 2^18 tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
+every byte it reads. A line is a sentence (``sentence_lines``, the hot path), or the
+range's lines are made sentences by their format (tasks/text_formats.py: ``paragraphs``
+reads on past the range's end to the next sentence end, ``jsonl`` makes every line a
+document). ``build_split_index`` joins the ranges into the split's index: documents
+stitched across range ends, and blocks of documents of ~1/4096 of the split (at most 2^18
+tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
 (largest first, to the shard with the fewest tokens). ``SplitIndex`` serves a shard its
 documents and any document of the split (random next segments) by ``pread``.
 
@@ -28,8 +31,10 @@ from typing import Sequence
 
 import numpy as np
 
+from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks.pretraining_instances import DocumentStore, TokenSource
 from runexp.tasks.text_files import InputIssues, ReadCounter, _fix_line, iter_segment_lines
+from runexp.tasks.text_formats import SegmentText, check_format
 from runexp.tasks.tokenizer import cached_tokenizer
 
 _LINES_PER_CALL = 4096
@@ -74,12 +79,15 @@ def plan_ranges(sizes: Sequence[int], num_ranges: int) -> list[tuple[tuple[int, 
 
 @dataclasses.dataclass(frozen=True)
 class RangeJob:
-    """Phase 1: tokenise the lines starting in one byte range of a split's files."""
+    """Phase 1: tokenise the lines starting in one byte range of a split's files, read in
+    ``text_format`` (a text format of compiler/specs/source.py; ``text_field``: jsonl's)."""
     files: tuple[str, ...]
     vocab_dir: str
     index_dir: str
     index: int
     segments: tuple[tuple[int, int, int], ...]
+    text_format: str = SourceSpec.format
+    text_field: str = SourceSpec.text_field
 
 
 @dataclasses.dataclass
@@ -108,12 +116,14 @@ def _range_path(index_dir: str, index: int, what: str) -> str:
 
 def tokenize_range(job: RangeJob) -> RangeResult:
     """Phase 1 (a top-level function, for worker pools): reads the range's bytes once,
-    tokenises its lines and writes ``range-k.tokens`` (ids), ``range-k.lengths`` (int32 ids
-    per sentence: per non-empty line) and ``range-k.fragments.npy``."""
+    tokenises its sentences and writes ``range-k.tokens`` (ids), ``range-k.lengths`` (int32
+    ids per sentence) and ``range-k.fragments.npy``."""
+    check_format(job.text_format)
     tokenizer = cached_tokenizer(job.vocab_dir)
     dtype = token_dtype(tokenizer.vocab_size)
     counter = ReadCounter()
-    issues = InputIssues()
+    issues = InputIssues.for_format(job.text_format)
+    by_line = job.text_format == "sentence_lines"
     frag_sentences: list[int] = []
     frag_tokens: list[int] = []
     frag_segment: list[int] = []
@@ -154,6 +164,32 @@ def tokenize_range(job: RangeJob) -> RangeResult:
             size = os.path.getsize(path)
             if start == 0:
                 broken, in_frag = True, False  # a file's start
+            if not by_line:
+                reader = SegmentText(path, start, end, job.text_format, job.text_field,
+                                     counter, issues)
+                for k, sentences, doc_break in reader:
+                    if k is not None:  # line k is document text
+                        if not in_frag:
+                            if not frag_sentences:
+                                head_break = broken
+                            frag_sentences.append(0)
+                            frag_tokens.append(0)
+                            frag_segment.append(s)
+                            frag_line.append(k)
+                            in_frag = True
+                        broken = False
+                    if sentences:
+                        lines.extend(sentences)
+                        line_frag.extend([len(frag_sentences) - 1] * len(sentences))
+                        if len(lines) >= _LINES_PER_CALL:
+                            flush()
+                    if doc_break:
+                        broken, in_frag = True, False
+                segment_lines.append(reader.lines)
+                segment_text.append(reader.has_text)
+                if end >= size:
+                    broken, in_frag = True, False  # a file's end
+                continue
             owned = 0
             has_text = False
             for k, line in iter_segment_lines(path, start, end, counter):
@@ -459,21 +495,23 @@ def _cached(key, make) -> SplitIndex:
     return index
 
 
-def local_index(files: Sequence[str], vocab_dir: str) -> SplitIndex:
-    """The index of ``files``, built in this process (one range) in a temporary directory
-    that is deleted at once (its open memory maps keep the data); cached per process."""
+def local_index(files: Sequence[str], vocab_dir: str, text_format: str = SourceSpec.format,
+                text_field: str = SourceSpec.text_field) -> SplitIndex:
+    """The index of ``files`` (read in ``text_format``), built in this process (one range)
+    in a temporary directory that is deleted at once (its open files keep the data); cached
+    per process."""
     stamps = []
     for path in files:
         st = os.stat(path)
         stamps.append((path, st.st_size, st.st_mtime_ns))
     tokenizer = cached_tokenizer(vocab_dir)
-    key = ("local", tuple(stamps), vocab_dir, id(tokenizer))
+    key = ("local", tuple(stamps), vocab_dir, id(tokenizer), text_format, text_field)
 
     def make() -> SplitIndex:
         tmp = tempfile.mkdtemp(prefix="runexp-index-")
         try:
-            job = RangeJob(tuple(files), vocab_dir, tmp, 0, tuple(
-                (f, 0, size) for f, (_, size, _) in enumerate(stamps)))
+            segments = tuple((f, 0, size) for f, (_, size, _) in enumerate(stamps))
+            job = RangeJob(tuple(files), vocab_dir, tmp, 0, segments, text_format, text_field)
             build_split_index([job], [tokenize_range(job)], tokenizer.vocab_size)
             return SplitIndex(tmp)
         finally:

@@ -24,9 +24,9 @@ import json
 import os
 import re
 import shutil
-from typing import Sequence
+from typing import Iterable, Optional, Sequence
 
-from runexp.tasks.text_files import sample_lines
+from runexp.tasks.text_files import sample_lines, sample_sentences
 from runexp.tasks.tokenizer import (REPORT_FILE, SPECIAL_TOKENS, SPM_FILE, SPM_WORD_START,
                                     VOCAB_FILE, Tokenizer, load_tokenizer)
 
@@ -38,14 +38,18 @@ _SAMPLE_WORDS = ("function", "returns", "asynchronous", "unittest", "tkinter", "
 def train_sentencepiece(train_files: Sequence[str], out_dir: str, vocab_size: int,
                         do_lower_case: bool, model_type: str = "unigram",
                         max_sentences: int = 300_000, seed: int = 0,
-                        num_threads: int = 2) -> None:
-    """Trains ``spm.model`` in-process on a seeded sample of lines and writes ``vocab.txt``."""
+                        num_threads: int = 2,
+                        documents: Optional[Iterable[Sequence[str]]] = None) -> None:
+    """Trains ``spm.model`` in-process on a seeded sample of sentences and writes
+    ``vocab.txt``. The sentences are the lines of ``train_files`` (sentence_lines), or those
+    of ``documents`` (lists of sentences, read in their format) when given."""
     import sentencepiece as spm
     if model_type not in ("unigram", "bpe"):
         raise ValueError(f"model_type must be 'unigram' or 'bpe', got {model_type!r}")
-    lines = sample_lines(train_files, max_sentences, seed)
+    lines = (sample_lines(train_files, max_sentences, seed) if documents is None
+             else sample_sentences(documents, max_sentences, seed))
     if not lines:
-        raise ValueError(f"no text in {list(train_files)}")
+        raise ValueError(f"no text in {list(train_files) or 'the documents given'}")
     if do_lower_case:
         lines = [line.lower() for line in lines]
     model = io.BytesIO()

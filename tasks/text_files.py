@@ -1,22 +1,31 @@
-"""Corpus text files: one sentence per line, a blank line between documents.
+"""Corpus text files: one sentence per line, a blank line between documents; or another
+text format (tasks/text_formats.py: ``paragraphs``, ``jsonl``).
 
 Bad input never crashes a run and is never dropped silently: ``InputIssues`` counts it, with
-up to ``MAX_SAMPLES`` ``file:line`` samples of each kind:
+up to ``MAX_SAMPLES`` ``file:line`` samples of each kind (``ISSUE_MEANINGS``: what each
+means and what to do):
 
 - ``non_utf8_lines``: lines with bytes that are not UTF-8; the bad bytes become U+FFFD, which
   BERT's tokenizer drops, and the rest of the line is kept.
 - ``giant_lines``: lines longer than ``MAX_LINE_CHARS`` bytes (1 MiB of text; nobody's
-  sentence): skipped without ever holding them in memory whole.
+  sentence; 64 MiB for a ``jsonl`` line): skipped without ever holding them in memory whole.
 - ``empty_files``: files with no non-blank line (sample: ``file:0``).
 - ``empty_documents``: documents whose lines give no token at all (counted by the shard
   builder, which tokenises; sample: the document's first line).
+- ``jsonl`` only (``JSONL_ISSUE_KINDS``), each line skipped: ``invalid_json_lines`` (not a
+  JSON object), ``missing_text_lines`` (no string in the text field), ``empty_text_lines``
+  (only whitespace there).
+
+The four kinds of every format are always in a summary; a format's own kinds are there when
+its reader counted (``InputIssues.for_format``), so sentence_lines summaries are as before.
 
 Usage:
     files = expand_globs(["data/*.txt"])
     for document in iter_documents(files):   # a list of sentence strings
         ...
-    issues = InputIssues()
-    for path, line, document in iter_located_documents(files, issues): ...
+    issues = InputIssues.for_format("jsonl")
+    for path, line, document in iter_located_documents(files, issues, text_format="jsonl"):
+        ...
     for k, text in iter_segment_lines(path, start, end, counter): ...  # lines starting there
 
 Files are read as bytes, in segments (``iter_segment_lines``): the preprocess stage cuts a
@@ -32,46 +41,96 @@ import os
 import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
+from runexp.compiler.specs.source import SourceSpec  # standard library only
+
 MAX_LINE_CHARS = 1 << 20
 MAX_SAMPLES = 5
 ISSUE_KINDS = ("non_utf8_lines", "giant_lines", "empty_files", "empty_documents")
+JSONL_ISSUE_KINDS = ("invalid_json_lines", "missing_text_lines", "empty_text_lines")
+ALL_ISSUE_KINDS = ISSUE_KINDS + JSONL_ISSUE_KINDS
+
+# What each kind means and what to do about it (``InputIssues.describe``).
+ISSUE_MEANINGS = {
+    "non_utf8_lines": "bytes that are not UTF-8 became U+FFFD and were dropped, the rest of "
+                      "each line kept; re-encode the files as UTF-8 (iconv -t UTF-8)",
+    "giant_lines": "lines over 1 MiB (64 MiB for jsonl) were skipped; break them up: one "
+                   "sentence, paragraph or JSON object per line",
+    "empty_files": "files with no text were read; check how they were written, or leave "
+                   "them out of the globs",
+    "empty_documents": "documents that give no token at all were left out; check that the "
+                       "text is what the vocab reads (encoding, language)",
+    "invalid_json_lines": "jsonl lines that are not a JSON object were skipped; each line "
+                          "must be one object such as {\"text\": \"...\"}",
+    "missing_text_lines": "jsonl objects without a string in the text field were skipped; "
+                          "set text_field to the key holding the text (a dotted path such "
+                          "as meta.body for a nested one)",
+    "empty_text_lines": "jsonl objects whose text is empty were skipped; leave them out "
+                        "when writing the files if that is expected",
+}
+
+
+def _issue_order(kind: str) -> tuple:
+    return (ALL_ISSUE_KINDS.index(kind) if kind in ALL_ISSUE_KINDS else len(ALL_ISSUE_KINDS),
+            kind)
 
 
 @dataclasses.dataclass
 class InputIssues:
-    """Counts and the first ``MAX_SAMPLES`` locations (in file order) of each kind of bad input."""
+    """Counts and the first ``MAX_SAMPLES`` locations (in file order) of each kind of bad
+    input: the four ``ISSUE_KINDS`` always, a format's own kinds once counted (or set up by
+    ``for_format``)."""
 
     counts: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ISSUE_KINDS, 0))
     samples: dict = dataclasses.field(
         default_factory=lambda: {k: [] for k in ISSUE_KINDS})
 
+    @classmethod
+    def for_format(cls, text_format: str) -> "InputIssues":
+        """Issues of a format's reader: its own kinds counted from zero too, so that a
+        summary says none occurred."""
+        issues = cls()
+        for kind in (JSONL_ISSUE_KINDS if text_format == "jsonl" else ()):
+            issues.counts[kind] = 0
+            issues.samples[kind] = []
+        return issues
+
+    def kinds(self) -> list[str]:
+        return sorted(set(self.counts) | set(self.samples), key=_issue_order)
+
     def note(self, kind: str, path: str, line: int) -> None:
-        self.counts[kind] += 1
-        if len(self.samples[kind]) < MAX_SAMPLES:
-            self.samples[kind].append((path, line))
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        samples = self.samples.setdefault(kind, [])
+        if len(samples) < MAX_SAMPLES:
+            samples.append((path, line))
 
     def add(self, other: "InputIssues") -> None:
-        for kind in ISSUE_KINDS:
-            self.counts[kind] += other.counts[kind]
-            merged = sorted(set(map(tuple, self.samples[kind] + other.samples[kind])))
+        for kind in sorted(set(self.kinds()) | set(other.kinds()), key=_issue_order):
+            self.counts[kind] = self.counts.get(kind, 0) + other.counts.get(kind, 0)
+            merged = sorted(set(map(tuple, self.samples.get(kind, []) +
+                                    other.samples.get(kind, []))))
             self.samples[kind] = merged[:MAX_SAMPLES]
+        self.counts = {k: self.counts[k] for k in sorted(self.counts, key=_issue_order)}
+        self.samples = {k: self.samples[k] for k in sorted(self.samples, key=_issue_order)}
 
     def total(self) -> int:
         return sum(self.counts.values())
 
     def summary(self) -> dict:
         """``{kind: {"count": n, "samples": ["file:line", ...]}}`` for every kind."""
-        return {k: {"count": self.counts[k],
-                    "samples": [f"{p}:{n}" for p, n in sorted(self.samples[k])]}
-                for k in ISSUE_KINDS}
+        return {k: {"count": self.counts.get(k, 0),
+                    "samples": [f"{p}:{n}" for p, n in sorted(self.samples.get(k, []))]}
+                for k in self.kinds()}
 
     def describe(self) -> list[str]:
-        """One warning line per kind that occurred."""
+        """One warning line per kind that occurred: how many, where, what it means and
+        what to do."""
         out = []
-        for kind in ISSUE_KINDS:
-            if self.counts[kind]:
-                where = ", ".join(f"{p}:{n}" for p, n in sorted(self.samples[kind]))
-                out.append(f"{self.counts[kind]:,} {kind.replace('_', ' ')} (e.g. {where})")
+        for kind in self.kinds():
+            if self.counts.get(kind):
+                where = ", ".join(f"{p}:{n}" for p, n in sorted(self.samples.get(kind, [])))
+                meaning = ISSUE_MEANINGS.get(kind)
+                out.append(f"{self.counts[kind]:,} {kind.replace('_', ' ')} (e.g. {where})"
+                           + (f": {meaning}" if meaning else ""))
         return out
 
 
@@ -221,21 +280,31 @@ def iter_segment_lines(path: str, start: int = 0, end: Optional[int] = None,
 def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] = None,
                            wanted: Optional[Callable[[int], bool]] = None,
                            max_line_chars: int = MAX_LINE_CHARS,
-                           counter: Optional[ReadCounter] = None
+                           counter: Optional[ReadCounter] = None,
+                           text_format: str = SourceSpec.format,
+                           text_field: str = SourceSpec.text_field
                            ) -> Iterator[tuple[str, int, list[str]]]:
-    """Yields ``(path, first line number, lines)`` for every wanted document, in file order.
+    """Yields ``(path, first line number, sentences)`` for every wanted document, in file
+    order.
 
-    A document is a run of non-blank lines (stripped); a file's end ends one. Lines longer
-    than ``max_line_chars`` bytes are skipped (and counted); undecodable bytes become U+FFFD.
+    sentence_lines: a document is a run of non-blank lines (stripped), a sentence each; a
+    file's end ends one. Lines longer than ``max_line_chars`` bytes are skipped (and
+    counted); undecodable bytes become U+FFFD. Other text formats: as tasks/text_formats.py
+    reads them (the sentences preprocessing makes; their own line limits).
 
     Args:
       files: text files, in order.
       issues: where to count bad input (None: not counted).
       wanted: ``wanted(document_index)``, the index counting every document of ``files``;
-        other documents are skipped cheaply and their issues not counted. File issues are
-        counted when it accepts document 0. None: every document.
+        other documents are skipped (sentence_lines: cheaply, and their issues not
+        counted). File issues are counted when it accepts document 0. None: every document.
       counter: counts the bytes read.
+      text_format, text_field: the files' format (compiler/specs/source.py).
     """
+    if text_format != "sentence_lines":
+        yield from _iter_format_documents(files, issues, wanted, counter, text_format,
+                                          text_field)
+        return
     index = 0
     file_issues = issues is not None and (wanted is None or wanted(0))
     for path in files:
@@ -278,18 +347,50 @@ def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] =
             issues.note("empty_files", path, 0)
 
 
-def iter_documents(files: Sequence[str]) -> Iterator[list[str]]:
-    """Yields documents (lists of non-empty stripped lines); a file end ends a document."""
-    for _, _, doc in iter_located_documents(files):
+def _iter_format_documents(files, issues, wanted, counter, text_format, text_field):
+    from runexp.tasks.text_formats import SegmentText, check_format
+
+    check_format(text_format)
+    index = 0
+    for path in files:
+        reader = SegmentText(path, 0, None, text_format, text_field, counter, issues,
+                             line_base=1)
+        doc: list[str] = []
+        first = 0
+        for k, sentences, doc_break in reader:
+            if k is not None and not first:
+                first = k + 1
+            doc.extend(sentences)
+            if doc_break and first:
+                if wanted is None or wanted(index):
+                    yield path, first, doc
+                index += 1
+                doc, first = [], 0
+        if first:
+            if wanted is None or wanted(index):
+                yield path, first, doc
+            index += 1
+        if not reader.has_text and issues is not None and (wanted is None or wanted(0)):
+            issues.note("empty_files", path, 0)
+
+
+def iter_documents(files: Sequence[str], text_format: str = SourceSpec.format,
+                   text_field: str = SourceSpec.text_field) -> Iterator[list[str]]:
+    """Yields documents (lists of sentences: for sentence_lines the non-empty stripped
+    lines); a file end ends a document."""
+    for _, _, doc in iter_located_documents(files, text_format=text_format,
+                                            text_field=text_field):
         yield doc
 
 
-def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
-    """Up to ``max_lines`` non-empty lines, a seeded reservoir sample kept in file order."""
+def sample_sentences(documents: Iterable[Sequence[str]], max_lines: int, seed: int
+                     ) -> list[str]:
+    """Up to ``max_lines`` sentences of ``documents``, a seeded reservoir sample kept in
+    their order."""
     rng = random.Random(seed)
     reservoir: list[tuple[int, str]] = []
     n = 0
-    for doc in iter_documents(files):
+    for doc in documents:
         for line in doc:
             if len(reservoir) < max_lines:
                 reservoir.append((n, line))
@@ -299,3 +400,11 @@ def sample_lines(files: Sequence[str], max_lines: int, seed: int) -> list[str]:
                     reservoir[j] = (n, line)
             n += 1
     return [line for _, line in sorted(reservoir)]
+
+
+def sample_lines(files: Sequence[str], max_lines: int, seed: int,
+                 text_format: str = SourceSpec.format,
+                 text_field: str = SourceSpec.text_field) -> list[str]:
+    """Up to ``max_lines`` sentences (sentence_lines: non-empty lines), a seeded reservoir
+    sample kept in file order."""
+    return sample_sentences(iter_documents(files, text_format, text_field), max_lines, seed)

@@ -9,14 +9,16 @@ from typing import Optional
 
 from runexp.compiler.errors import did_you_mean
 from runexp.compiler.specs import PreprocessSpec
+from runexp.compiler.specs.source import SourceSpec
 from runexp.compiler.stages.common import PlanContext
 
 
-def member_files(ctx: PlanContext, task: str, param: str) -> tuple[list, dict, list]:
+def member_files(ctx: PlanContext, task: str, param: str,
+                 members: Optional[list[str]] = None) -> tuple[list, dict, list]:
     """``ctx.files`` of a task's train_files or validation_files; of a mixture, the union
-    over its tasks (in name order)."""
+    over its tasks (in name order; ``members``: only these)."""
     out, fps, deps = [], {}, []
-    for t in pretraining_members(ctx, task) or [task]:
+    for t in members if members is not None else pretraining_members(ctx, task) or [task]:
         patterns = ctx.r.get("bert_pretraining_task", param, t) or []
         found, f, d = ctx.files(patterns, f"{t}.{param}",
                                 ctx.loc("bert_pretraining_task", param, t))
@@ -24,6 +26,20 @@ def member_files(ctx: PlanContext, task: str, param: str) -> tuple[list, dict, l
         fps.update(f)
         deps.extend(d)
     return out, fps, sorted(set(deps))
+
+
+def member_source(ctx: PlanContext, task: str) -> SourceSpec:
+    """A bert_pretraining_task's source settings as gin binds them (a value the resolver
+    refused, and reported, keeps its default)."""
+    values = {}
+    for s in SourceSpec.settings():
+        value = ctx.r.get("bert_pretraining_task", s.name, task)
+        if value is not None:
+            values[s.name] = value
+    try:
+        return SourceSpec.pick(values)
+    except ValueError:
+        return SourceSpec()
 
 
 def pretraining_members(ctx: PlanContext, name: str) -> Optional[list[str]]:

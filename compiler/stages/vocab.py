@@ -1,4 +1,19 @@
-"""Planning the vocab stage: adopt a vocab.txt or SentencePiece model, or train one."""
+"""Planning the vocab stage: adopt a vocab.txt or SentencePiece model, or train one.
+
+A trained vocab reads the train text of every task it serves (a mixture's: all of them),
+and the vocab's report measures the held-out text. Each task's text is read in its format
+(compiler/specs/source.py); the stage's params are VocabSpec's alone, so the formats are in
+its inputs, and in their fingerprints:
+
+- every task in ``sentence_lines``: ``train_files`` and ``heldout_files``, the union of the
+  tasks' globs (the plans of earlier runexp versions, unchanged);
+- else ``sources``: per task its ``format`` and the settings the format reads, with
+  ``train_files`` and ``heldout_files`` for a text format; a seqio source (``tfds``,
+  ``seqio_documents``) names the preprocess stage that carries its settings
+  (``settings_from``: a ``tfds_data_dir`` on gs:// must not be copied like an input file)
+  and the stage gets the gin-imported ``modules``. A format that brings ready-made
+  examples (``seqio_bert_features``, ``bert_tfrecord``) has no text, and is left out.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +24,12 @@ from runexp.compiler import uris
 from runexp.compiler.errors import Location
 from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
+from runexp.compiler.specs.source import APPLIES
 from runexp.compiler.stages.common import PlanContext, StageBuilder
-from runexp.compiler.stages.mixture import member_files
+from runexp.compiler.stages.mixture import member_files, member_source, pretraining_members
+
+TASK = "bert_pretraining_task"
+
 
 def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
     """An adopted vocab's stage carries vocab_path, do_lower_case and the vocab_size counted
@@ -28,9 +47,7 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
     elif path is None:
         b.take_spec(VocabSpec, "vocab")
         # A mixture's one vocab is trained on the union of its tasks' text.
-        inputs["train_files"], f1, d1 = member_files(ctx, task, "train_files")
-        inputs["heldout_files"], f2, d2 = member_files(ctx, task, "validation_files")
-        fps, deps = {"train": f1, "heldout": f2}, sorted(set(d1 + d2))
+        inputs, fps, deps = text_inputs(ctx, task, train=True)
     else:
         b.params["vocab_path"] = uris.absolute(path)
         vocab_size = adopted_vocab_size(ctx, b.params["vocab_path"], ctx.loc("vocab", "path"))
@@ -39,9 +56,54 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
         inputs["vocab_file"] = b.params["vocab_path"]
         fps = {"vocab": ctx.file_digest(b.params["vocab_path"])}
         if task is not None:  # the UNK rate and pieces per word on the task's text
-            inputs["heldout_files"], fps["heldout"], deps = member_files(
-                ctx, task, "validation_files")
+            held, held_fps, deps = text_inputs(ctx, task, train=False)
+            inputs.update(held)
+            fps.update(held_fps)
     return ctx.add("vocab", "vocab", b, inputs, fps, deps)
+
+
+def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, list]:
+    """Inputs, fingerprints and dependencies of the text of ``task``'s members (module
+    docstring): train and held-out text, or (``train`` False) held-out text only."""
+    members = [(t, member_source(ctx, t)) for t in pretraining_members(ctx, task) or [task]]
+    members = [(t, s) for t, s in members if s.makes_instances]  # the others bring no text
+    inputs, fps, deps = {}, {}, []
+    if all(s.format == "sentence_lines" for _, s in members):
+        names = [t for t, _ in members]
+        if train:
+            inputs["train_files"], fps["train"], d = member_files(ctx, task, "train_files",
+                                                                  names)
+            deps += d
+        inputs["heldout_files"], fps["heldout"], d = member_files(ctx, task,
+                                                                  "validation_files", names)
+        return inputs, fps, sorted(set(deps + d))
+    sources, settings_fps, seqio = {}, {}, False
+    fps = {"train": {}, "heldout": {}} if train else {"heldout": {}}
+    for t, source in members:
+        settings = {"format": source.format,
+                    **{name: getattr(source, name) for name in APPLIES[source.format]}}
+        settings_fps[t] = settings
+        if not source.reads_text_files:
+            seqio = True
+            sources[t] = {"format": source.format, "settings_from": f"preprocess.{t}"}
+            continue
+        entry = dict(settings)
+        for param, key, fp in (("train_files", "train_files", "train"),
+                               ("validation_files", "heldout_files", "heldout")):
+            if fp in fps:
+                entry[key], found, d = ctx.files(ctx.r.get(TASK, param, t) or [],
+                                                 f"{t}.{param}", ctx.loc(TASK, param, t))
+                fps[fp].update(found)
+                deps += d
+        sources[t] = entry
+    inputs["sources"] = sources
+    fps["sources"] = settings_fps
+    if seqio:
+        from runexp.compiler.user_modules import planned_modules
+
+        inputs["modules"], modules_fps = planned_modules(ctx)
+        fps.update(modules_fps)
+    return inputs, fps, sorted(set(deps))
 
 
 def adopted_vocab_size(ctx: PlanContext, path: str, location: Optional[Location]

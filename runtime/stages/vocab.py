@@ -1,24 +1,97 @@
 """The vocab stage: train a SentencePiece vocab or adopt a given one, and report on it.
 
 See docs/STAGES.md ("vocab"). Writes vocab.txt, spm.model (SentencePiece only), report.json.
+
+Text is read in each task's format (compiler/stages/vocab.py plans the inputs): the union
+of ``train_files`` / ``heldout_files`` as sentence_lines, or per task in ``sources``: text
+files in their format (tasks/text_formats.py), seqio sources through seqio
+(tasks/seqio_sources.py, imported only then) split into sentences like jsonl text. So a
+vocab never learns pieces of markup such as a JSON line's ``{"text":``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
+from typing import Callable, Iterator
 
 from runexp.compiler.specs import VocabSpec
+from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
 from runexp.tasks import spm_vocab
-from runexp.tasks.text_files import expand_globs, sample_lines
+from runexp.tasks.text_files import expand_globs, iter_documents, sample_sentences
 
 _DIAGNOSTIC_LINES = 20_000
 
 
+@dataclasses.dataclass
+class _Text:
+    """Where a split's sentences come from: readers of documents, in order."""
+    readers: list = dataclasses.field(default_factory=list)
+    parts: list = dataclasses.field(default_factory=list)  # for messages
+
+    def add(self, what: str, reader: Callable[[], Iterator[list]]) -> None:
+        self.readers.append(reader)
+        self.parts.append(what)
+
+    def documents(self) -> Iterator[list]:
+        for reader in self.readers:
+            yield from reader()
+
+    def __bool__(self) -> bool:
+        return bool(self.readers)
+
+    def describe(self) -> str:
+        return ", ".join(self.parts)
+
+
+def _files(what: str, files: list) -> str:
+    return f"{what}{len(files)} file{'' if len(files) == 1 else 's'}"
+
+
+def _seqio_documents(source: SourceSpec, split: str, modules) -> Iterator[list]:
+    from runexp.tasks.seqio_sources import iter_documents as seqio_documents
+    from runexp.tasks.sentence_split import split_text
+
+    for text in seqio_documents(source, split, modules):
+        sentences = split_text(text)
+        if sentences:
+            yield sentences
+
+
+def text_of(ctx: StageContext) -> tuple[_Text, _Text]:
+    """The train and held-out text of the stage's inputs (module docstring)."""
+    train, heldout = _Text(), _Text()
+    if "sources" not in ctx.inputs:
+        for text, key in ((train, "train_files"), (heldout, "heldout_files")):
+            files = expand_globs(ctx.inputs.get(key) or [])
+            if files:
+                text.add(_files("", files), functools.partial(iter_documents, files))
+        return train, heldout
+    modules = ctx.inputs.get("modules") or []
+    for task, entry in ctx.inputs["sources"].items():
+        fmt = entry["format"]
+        if "settings_from" in entry:  # a seqio source: its settings are its stage's
+            source = SourceSpec.pick(ctx.plan.stage(entry["settings_from"]).params)
+            train.add(f"{task} ({fmt})", functools.partial(_seqio_documents, source,
+                                                           "train", modules))
+            if source.validation_split:
+                heldout.add(f"{task} ({fmt})", functools.partial(
+                    _seqio_documents, source, "validation", modules))
+            continue
+        source = SourceSpec.pick(entry)
+        for text, key in ((train, "train_files"), (heldout, "heldout_files")):
+            files = expand_globs(entry.get(key) or [])
+            if files:
+                text.add(_files(f"{task} ({fmt}): ", files), functools.partial(
+                    iter_documents, files, fmt, source.text_field))
+    return train, heldout
+
+
 def run(ctx: StageContext) -> dict:
     spec = VocabSpec.from_stage(ctx)
-    train_files = expand_globs(ctx.inputs.get("train_files") or [])
-    heldout_patterns = ctx.inputs.get("heldout_files") or []
+    train, heldout = text_of(ctx)
     if spec.vocab_path:
         # The input is the local copy of a gs:// vocab (a one-file list), or the path itself.
         local = ctx.inputs.get("vocab_file") or spec.vocab_path
@@ -27,25 +100,25 @@ def run(ctx: StageContext) -> dict:
         vocab_type = spm_vocab.adopt_vocab(local, ctx.work_dir)
     else:
         ctx.progress(f"training a {spec.model_type} SentencePiece vocab of {spec.vocab_size} "
-                     f"on up to {spec.max_sentences:,} lines of {len(train_files)} file(s)")
+                     f"on up to {spec.max_sentences:,} sentences of {train.describe()}")
         spm_vocab.train_sentencepiece(
-            train_files, ctx.work_dir, vocab_size=spec.vocab_size,
+            [], ctx.work_dir, vocab_size=spec.vocab_size,
             do_lower_case=spec.do_lower_case, model_type=spec.model_type,
             max_sentences=spec.max_sentences, seed=spec.seed,
-            num_threads=min(os.cpu_count() or 1, 8))
+            num_threads=min(os.cpu_count() or 1, 8), documents=train.documents())
         vocab_type = "sentencepiece"
     # Held-out text when there is some; else a train sample (then the UNK rate is optimistic).
-    diag_files = expand_globs(heldout_patterns) if heldout_patterns else train_files
+    diag = heldout if heldout else train
     seed = 0 if spec.vocab_path else spec.seed  # an adopted vocab has no sampling seed
-    lines = sample_lines(diag_files, _DIAGNOSTIC_LINES, seed + 1) if diag_files else []
+    lines = sample_sentences(diag.documents(), _DIAGNOSTIC_LINES, seed + 1) if diag else []
     report = spm_vocab.write_report(ctx.work_dir, vocab_type, spec.do_lower_case, lines,
-                                    "held-out text" if heldout_patterns else "a train sample")
+                                    "held-out text" if heldout else "a train sample")
     if "warning" in report:
         ctx.progress("WARNING: " + report["warning"])
     summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}
     summary["type"] = vocab_type
-    summary["diagnostics_on"] = ("heldout" if heldout_patterns else
-                                 "train sample" if train_files else "no text (none given)")
+    summary["diagnostics_on"] = ("heldout" if heldout else
+                                 "train sample" if train else "no text (none given)")
     if "warning" in report:
         summary["warning"] = report["warning"]
     return summary
