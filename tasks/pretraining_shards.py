@@ -50,8 +50,8 @@ from runexp.tasks.pretraining_instances import (DocumentStore, InstanceConfig,
 from runexp.tasks.text_files import InputIssues
 from runexp.tasks.shard_count import auto_num_shards  # noqa: F401 (re-exported)
 from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,
-                                      build_split_index, local_index,
-                                      open_index, plan_ranges, tokenize_range)
+                                      build_split_index, plan_ranges, tokenize_range)
+from runexp.tasks.split_reader import local_index, open_index
 from runexp.tasks.tokenizer import Tokenizer, cached_tokenizer  # noqa: F401 (re-exported)
 
 BATCH_SIZE = 1024

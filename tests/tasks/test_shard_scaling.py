@@ -13,8 +13,8 @@ from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, auto
                                              cached_tokenizer, iter_shard_batches,
                                              plan_shard_jobs, run_shard_jobs, summary_fields,
                                              write_shard)
-from runexp.tasks.split_index import (RangeJob, build_split_index, local_index, plan_ranges,
-                                      tokenize_range)
+from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
+from runexp.tasks.split_reader import local_index
 from runexp.tasks.text_files import InputIssues, iter_documents, iter_located_documents
 
 
