@@ -99,6 +99,27 @@ def _changes(old: dict, new: dict, prefix: str = "") -> list[tuple[str, Any, Any
     return out
 
 
+def _formats(inputs: dict) -> dict:
+    """{task: (format, text_field)} of a vocab stage's ``sources`` input (compiler/stages/
+    vocab.py); {} when it has none (every task sentence_lines)."""
+    sources = inputs.get("sources")
+    if not isinstance(sources, dict):
+        return {}
+    return {t: (v.get("format"), v.get("text_field")) for t, v in sources.items()
+            if isinstance(v, dict)}
+
+
+def _format_changes(old: dict, new: dict) -> list[str]:
+    a, b = _formats(old), _formats(new)
+    out = []
+    for task in sorted(set(a) | set(b)):
+        fa, fb = a.get(task, ("sentence_lines", None)), b.get(task, ("sentence_lines", None))
+        if fa != fb:
+            out.append(f"task {task} is read as {fb[0]!r}, was {fa[0]!r}" if fa[0] != fb[0] else
+                       f"task {task} reads text_field {fb[1]!r}, was {fa[1]!r}")
+    return out
+
+
 def _why(listing: str) -> str:
     return listing[len("not listed: "):] if listing.startswith("not listed: ") else listing
 
@@ -201,6 +222,8 @@ def _stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
         changes = _changes(manifest.get("params", {}), dict(stage.params))
         parts = ["parameters changed"] if changes else []
         parts += input_changes(stage, manifest)
+        if not parts:  # the same files, read otherwise: a task's format (vocab inputs)
+            parts += _format_changes(manifest.get("inputs") or {}, dict(stage.inputs))
         if changed_deps:
             parts.append("upstream changed: " + ", ".join(changed_deps))
         reason = "; ".join(parts) or "inputs changed (file contents or format version)"

@@ -117,6 +117,7 @@ def test_vocab_and_preprocess_run_on_jsonl_text(experiment):
     proc = runexp(gin, "--dry_run", params=["pretrain/bert_pretraining_task.format='paragraphs'"])
     assert proc.returncode == EXIT_PENDING, proc.stderr
     assert "~ vocab  (vocab)  will be rebuilt" in proc.stdout
+    assert "why: task pretrain is read as 'paragraphs', was 'jsonl'" in proc.stdout
     pre = stage_text(proc.stdout, "preprocess.pretrain")
     assert "will be rebuilt" in pre and "~ format: 'jsonl' -> 'paragraphs'" in pre
 

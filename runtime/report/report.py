@@ -581,9 +581,12 @@ def _section_data(r: Report) -> str:
 
 _BAD_INPUT_NAMES = {
     "non_utf8_lines": "lines not in UTF-8 (bad bytes replaced)",
-    "giant_lines": "giant lines, over 1 MiB (skipped)",
+    "giant_lines": "giant lines, over 1 MiB; 64 MiB for jsonl (skipped)",
     "empty_files": "empty files",
     "empty_documents": "documents without a token",
+    "invalid_json_lines": "jsonl lines that are not a JSON object (skipped)",
+    "missing_text_lines": "jsonl lines without a string in the text field (skipped)",
+    "empty_text_lines": "jsonl lines whose text is only whitespace (skipped)",
 }
 
 
