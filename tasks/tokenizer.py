@@ -19,12 +19,12 @@ import os
 from itertools import chain
 from typing import Sequence
 
+from runexp.compiler.specs.vocab import SPECIAL_TOKENS  # noqa: F401 - re-exported
 from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab
 
 REPORT_FILE = "report.json"
 VOCAB_FILE = "vocab.txt"
 SPM_FILE = "spm.model"
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # ids 0..4 in runexp vocabs
 SPM_WORD_START = "\u2581"  # "▁"
 
 

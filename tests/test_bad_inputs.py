@@ -109,6 +109,24 @@ CASES = [
          params=("MODEL_SIZE=big",)),
     Case("gin import of a missing module", PRETRAIN, lambda r: None,
          "no_such_project", "", extra_gin="import no_such_project.tasks\n"),
+    # --- vocabularies ------------------------------------------------------------------------------
+    Case("vocab.txt without [MASK]", FINETUNE, lambda r: _write(
+        r, "uncased_L-2_H-128_A-2/vocab.txt", "\n".join(t for t in VOCAB if t != "[MASK]") + "\n"),
+         "vocab.txt has no [MASK]", "add them"),
+    Case("vocab.txt with a duplicate", FINETUNE, lambda r: _write(
+        r, "uncased_L-2_H-128_A-2/vocab.txt", "\n".join(VOCAB + ["good"]) + "\n"),
+         "vocab.txt lists 'good' twice (lines 7 and 10)", "remove the duplicate"),
+    Case("vocab.txt with a blank line", FINETUNE, lambda r: _write(
+        r, "uncased_L-2_H-128_A-2/vocab.txt", "\n".join(VOCAB[:6] + [""] + VOCAB[6:]) + "\n"),
+         "uncased_L-2_H-128_A-2/vocab.txt:7: error: vocab.txt has 1 blank line(s)",
+         "remove the blank lines"),
+    Case("vocab.txt not UTF-8", FINETUNE, lambda r: _write(
+        r, "uncased_L-2_H-128_A-2/vocab.txt", ("\n".join(VOCAB) + "\n").encode() + b"caf\xe9\n"),
+         "vocab.txt:10: error: vocab.txt is not UTF-8", "save it as UTF-8"),
+    Case("a text file given as a SentencePiece model", PRETRAIN,
+         lambda r: _write(r, "spm.model", "not a model\n"),
+         "{root}/spm.model is not a SentencePiece model", "give the .model file",
+         params=("VOCAB='{root}/spm.model'",)),
     # --- fine-tune data and checkpoints -----------------------------------------------------------
     Case("dev labels never trained on", FINETUNE,
          lambda r: _write(r, "data/dev.tsv", "label\tsentence\nPOS\tgood\n"),
@@ -188,7 +206,8 @@ def test_bad_input_is_one_clear_error(case, tmp_path):
     gin = _write(root, "exp.gin", case.experiment.format(root=root)
                  + case.extra_gin.format(root=root))
     args = [f"--gin_file={gin}"]
-    args += [p if p.startswith("--") else f"--gin_param={p}" for p in case.params]
+    args += [p if p.startswith("--") else f"--gin_param={p.format(root=root)}"
+             for p in case.params]
     if not case.run:
         args.append("--dry_run")
     proc = _cli(args, root, case.env)

@@ -8,6 +8,11 @@ from typing import Optional
 from runexp.compiler.specs.base import Spec, setting
 
 
+# BERT's special tokens, ids 0..4 in the vocabularies runexp trains; an adopted vocab.txt
+# must have them (anywhere: Google's have them at 0 and 100-103).
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
 @dataclasses.dataclass(frozen=True)
 class VocabSpec(Spec):
     """`vocab` in gin. An adopted vocab's plan carries only vocab_path, do_lower_case and

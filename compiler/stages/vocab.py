@@ -21,9 +21,10 @@ import os
 from typing import Optional
 
 from runexp.compiler import uris
-from runexp.compiler.errors import Location
+from runexp.compiler.errors import Location, Problem
 from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
+from runexp.compiler.specs.vocab import SPECIAL_TOKENS
 from runexp.compiler.specs.source import APPLIES
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.mixture import member_files, member_source, pretraining_members
@@ -116,13 +117,86 @@ def adopted_vocab_size(ctx: PlanContext, path: str, location: Optional[Location]
                          "None to train one")
         return None
     if path.endswith(".model"):
-        import sentencepiece  # light (no TensorFlow); gives the exact piece count
-
-        return sentencepiece.SentencePieceProcessor(model_file=path).get_piece_size()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        tokens = [line.strip() for line in f if line.strip()]
+        return _spm_size(ctx, path, location)
+    tokens = _vocab_tokens(ctx, path, location)
+    if tokens is None:
+        return None
     check_casing(ctx, tokens, location)
     return len(tokens)
+
+
+def _spm_size(ctx: PlanContext, path: str, location: Optional[Location]) -> Optional[int]:
+    """The piece count of a SentencePiece model; a file that is not one is an error."""
+    import sentencepiece  # light (no TensorFlow); gives the exact piece count
+
+    try:
+        processor = sentencepiece.SentencePieceProcessor(model_file=path)
+    except (RuntimeError, OSError) as e:
+        ctx.c.error(f"vocab.path: {path} is not a SentencePiece model "
+                    f"({str(e).splitlines()[0][:120]})", location,
+                    hint="give the .model file SentencePiece trained (not the .vocab), or a "
+                         "BERT vocab.txt")
+        return None
+    missing = [t for t in SPECIAL_TOKENS[1:] if processor.piece_to_id(t) == processor.unk_id()
+               and t != processor.id_to_piece(processor.unk_id())]
+    if missing:
+        ctx.c.error(f"vocab.path: {path} has no piece {', '.join(missing)}: BERT needs them "
+                    "for its inputs and masks", location,
+                    hint="train the model with user_defined_symbols or control_symbols "
+                         "[CLS],[SEP],[MASK] (and unk_piece [UNK]), or let runexp train one "
+                         "(VOCAB = None)")
+    return processor.get_piece_size()
+
+
+def _vocab_tokens(ctx: PlanContext, path: str, location: Optional[Location]
+                  ) -> Optional[list[str]]:
+    """A BERT vocab.txt's tokens, one a line (the line number is the id, as
+    google-research/bert's load_vocab reads it); checked: UTF-8, no blank line, no
+    duplicate, BERT's special tokens present."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data.startswith((b"\x1f\x8b", b"PK\x03\x04")) or b"\x00" in data[:4096]:
+        ctx.c.error(f"vocab.path: {path} is not a text file", location,
+                    hint="give a BERT vocab.txt (one token per line) or a SentencePiece .model")
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        ctx.c.problems([Problem(f"vocab.txt is not UTF-8 (byte {data[e.start]:#04x})",
+                                Location(path, line), "save it as UTF-8")])
+        return None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline ending the last line
+    tokens = [line.strip() for line in lines]
+    problems = []
+    blank = [i + 1 for i, t in enumerate(tokens) if not t]
+    if blank:
+        problems.append(Problem(f"vocab.txt has {len(blank)} blank line(s): each line is a "
+                                "token, its line number the id", Location(path, blank[0]),
+                                "remove the blank lines (or replace each with an unused "
+                                "token such as [unused0], keeping the ids of what follows)"))
+    seen: dict = {}
+    for i, t in enumerate(tokens):
+        if t and t in seen:
+            problems.append(Problem(f"vocab.txt lists {t!r} twice (lines {seen[t] + 1} and "
+                                    f"{i + 1}): one of the two ids can never be produced",
+                                    Location(path, i + 1, 0, t),
+                                    "remove the duplicate, or rename it to an unused token"))
+            break
+        seen[t] = i
+    missing = [t for t in SPECIAL_TOKENS if t not in seen]
+    if missing:
+        problems.append(Problem(f"vocab.txt has no {', '.join(missing)}: BERT needs them for "
+                                "its inputs ([CLS] a [SEP] b [SEP]), padding and masks",
+                                Location(path), "add them (google-research/bert's vocabs "
+                                "have them at ids 0, 100-103), or let runexp train a vocab "
+                                "(VOCAB = None)"))
+    if problems:
+        ctx.c.problems(problems)
+        return None
+    return tokens
 
 
 def check_casing(ctx: PlanContext, tokens: list[str], location: Optional[Location]) -> None:
