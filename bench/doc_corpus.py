@@ -180,27 +180,17 @@ def build_vocab(out_dir: str, corpus_path: str, vocab_size: int = 30000,
                 max_sentences: int = 400_000) -> str:
     """A WordPiece vocab dir (vocab.txt, report.json) trained on the corpus; cached."""
     sys.path.insert(0, _ROOT)
-    from runexp.tasks import spm_vocab
+    from runexp.tasks import vocab_dir as vocab_files
     from runexp.tasks.text_files import sample_lines
-    from runexp.tasks.wordpiece import WordPieceTokenizer
-    vocab_dir = os.path.join(out_dir, f"vocab{vocab_size}bpe")
+    vocab_dir = os.path.join(out_dir, f"vocab{vocab_size}wp")
     if os.path.exists(os.path.join(vocab_dir, "report.json")):
         return vocab_dir
-    spm_dir = os.path.join(out_dir, f"spm{vocab_size}bpe")
-    os.makedirs(spm_dir, exist_ok=True)
     lines = sample_lines([corpus_path], max_sentences, seed=0)
-    basic = WordPieceTokenizer({}, do_lower_case=True)
-    pretok = os.path.join(spm_dir, "pretokenized.txt")
-    with open(pretok, "w", encoding="utf-8") as f:
-        for line in lines:
-            f.write(" ".join(basic.basic_tokenize(line)) + "\n")
-    # BPE: unigram stops near 20k pieces on this text however many are asked for.
-    spm_vocab.train_sentencepiece([pretok], spm_dir, vocab_size=vocab_size, do_lower_case=True,
-                                  model_type="bpe", max_sentences=max_sentences, seed=0,
-                                  num_threads=os.cpu_count() or 1)
     os.makedirs(vocab_dir + ".tmp", exist_ok=True)
-    spm_vocab.adopt_vocab(os.path.join(spm_dir, "vocab.txt"), vocab_dir + ".tmp")
-    spm_vocab.write_report(vocab_dir + ".tmp", "wordpiece", True, lines[-20_000:])
+    # The vocab stage's own trainer: a true WordPiece vocab.txt.
+    vocab_files.train_vocab("wordpiece", lines, vocab_dir + ".tmp", vocab_size=vocab_size,
+                            do_lower_case=True)
+    vocab_files.write_report(vocab_dir + ".tmp", "wordpiece", True, lines[-20_000:])
     os.replace(vocab_dir + ".tmp", vocab_dir)
     return vocab_dir
 

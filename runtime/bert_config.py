@@ -64,12 +64,13 @@ def write_bert_config(config: BertConfig, directory: str) -> str:
 
 def check_vocab(config: BertConfig, vocab_dir: str | None) -> None:
     """Refuses a model whose vocab_size is smaller than the vocab's token count."""
-    if not vocab_dir:
+    from runexp.tasks.tokenizer import REPORT_FILE, load_tokenizer  # light: no TensorFlow
+
+    if not vocab_dir or not os.path.exists(os.path.join(vocab_dir, REPORT_FILE)):
         return
-    path = os.path.join(vocab_dir, "vocab.txt")
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as f:
-            tokens = sum(1 for line in f if line.rstrip("\n"))
-        if tokens > config.vocab_size:
-            raise ValueError(f"model.vocab_size is {config.vocab_size} but {path} has "
-                             f"{tokens} tokens: token ids would fall outside the embeddings")
+
+    tokens = load_tokenizer(vocab_dir).vocab_size  # vocab.txt or spm.model
+    if tokens > config.vocab_size:
+        raise ValueError(f"model.vocab_size is {config.vocab_size} but the vocab in "
+                         f"{vocab_dir} has {tokens} tokens: token ids would fall outside the "
+                         "embeddings")

@@ -63,7 +63,7 @@ from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
                                              iter_shard_batches)
 from runexp.tasks.records import feature_spec, seqio_dtype
-from runexp.tasks.seqio_vocabulary import BertVocabulary
+from runexp.tasks.seqio_vocabulary import seqio_vocabulary
 from runexp.tasks.text_files import expand_globs
 
 _TOKEN_FEATURES = ("input_ids", "masked_lm_ids")  # features whose values are vocab ids
@@ -211,7 +211,7 @@ def register_bert_pretraining_task(name: str, vocab_dir: Optional[str] = None,
         source = seqio.FunctionDataSource(_cache_only(name), splits=splits)
         masking_spec = cached_masking
         placeholder = seqio.CacheDatasetPlaceholder(required=True)
-    vocab = BertVocabulary(vocab_dir) if vocab_dir else seqio.PassThroughVocabulary(0)
+    vocab = seqio_vocabulary(vocab_dir) if vocab_dir else seqio.PassThroughVocabulary(0)
     return _replace_task(
         name, source=source, output_features=_features(feature_spec(seq, preds), vocab),
         preprocessors=[placeholder, dynamic_masking(name, masking_spec)],
@@ -412,5 +412,5 @@ def register_classification_task(name: str, train_file: str,
     return _replace_task(
         name,
         source=seqio.FunctionDataSource(dataset_fn, splits=list(files)),
-        output_features=_features(spec, BertVocabulary(vocab_dir), ranks={"label_ids": 0}),
+        output_features=_features(spec, seqio_vocabulary(vocab_dir), ranks={"label_ids": 0}),
         shuffle_buffer_size=_SHUFFLE_BUFFER)

@@ -21,8 +21,13 @@ class VocabSpec(Spec):
     vocab_path: Optional[str] = setting(None, "BERT vocab.txt or SentencePiece .model to adopt; "
                                               "None trains one", gin="path")
     vocab_size: int = setting(30522, "vocabulary size to train", gin="size", minimum=16)
+    vocab_type: str = setting("wordpiece", "what to train: wordpiece (a BERT vocab.txt every BERT "
+                                           "tokenizer reads alike) or sentencepiece (spm.model "
+                                           "only, ALBERT-style)", gin="type",
+                              choices=("wordpiece", "sentencepiece"))
     do_lower_case: bool = setting(True, "lower-case (and strip accents) before tokenising")
-    model_type: str = setting("unigram", "SentencePiece model type", choices=("unigram", "bpe"))
+    model_type: str = setting("unigram", "SentencePiece model type (vocab_type = 'sentencepiece')",
+                              choices=("unigram", "bpe"))
     max_sentences: int = setting(1_000_000, "sentences sampled to train the vocab", minimum=1)
     seed: int = setting(12345, "sampling seed")
 

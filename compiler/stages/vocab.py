@@ -47,6 +47,9 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
         b.set("vocab_size", None, "unknown")
     elif path is None:
         b.take_spec(VocabSpec, "vocab")
+        if b.params["vocab_type"] == "wordpiece":  # model_type is SentencePiece's
+            b.params.pop("model_type", None)
+            b.provenance.pop("model_type", None)
         # A mixture's one vocab is trained on the union of its tasks' text.
         inputs, fps, deps = text_inputs(ctx, task, train=True)
     else:

@@ -1,6 +1,8 @@
-"""The vocab stage: train a SentencePiece vocab or adopt a given one, and report on it.
+"""The vocab stage: train a vocabulary (WordPiece by default, SentencePiece on request) or
+adopt a given one, and report on it.
 
-See docs/STAGES.md ("vocab"). Writes vocab.txt, spm.model (SentencePiece only), report.json.
+See docs/STAGES.md ("vocab"). Writes vocab.txt (WordPiece) or spm.model (SentencePiece), and
+report.json.
 
 Text is read in each task's format (compiler/stages/vocab.py plans the inputs): the union
 of ``train_files`` / ``heldout_files`` as sentence_lines, or per task in ``sources``: text
@@ -16,10 +18,11 @@ import functools
 import os
 from typing import Callable, Iterator
 
+from runexp.compiler.errors import UserError
 from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
-from runexp.tasks import spm_vocab
+from runexp.tasks import vocab_dir
 from runexp.tasks.text_files import expand_globs, iter_documents, sample_sentences
 
 _DIAGNOSTIC_LINES = 20_000
@@ -97,21 +100,26 @@ def run(ctx: StageContext) -> dict:
         local = ctx.inputs.get("vocab_file") or spec.vocab_path
         local = local[0] if isinstance(local, list) else local
         ctx.progress(f"adopting {spec.vocab_path}")
-        vocab_type = spm_vocab.adopt_vocab(local, ctx.work_dir)
+        vocab_type = vocab_dir.adopt_vocab(local, ctx.work_dir)
     else:
-        ctx.progress(f"training a {spec.model_type} SentencePiece vocab of {spec.vocab_size} "
-                     f"on up to {spec.max_sentences:,} sentences of {train.describe()}")
-        spm_vocab.train_sentencepiece(
-            [], ctx.work_dir, vocab_size=spec.vocab_size,
+        what = ("WordPiece" if spec.vocab_type == "wordpiece"
+                else f"{spec.model_type} SentencePiece")
+        sentences = sample_sentences(train.documents(), spec.max_sentences, spec.seed)
+        if not sentences:
+            where = train.describe() or "the inputs"
+            raise UserError(f"no text to train the vocabulary on in {where}\n  hint: check "
+                            "the corpus files and their format")
+        ctx.progress(f"training a {what} vocab of {spec.vocab_size} on {len(sentences):,} "
+                     f"sentences of {train.describe()}")
+        vocab_type = vocab_dir.train_vocab(
+            spec.vocab_type, sentences, ctx.work_dir, vocab_size=spec.vocab_size,
             do_lower_case=spec.do_lower_case, model_type=spec.model_type,
-            max_sentences=spec.max_sentences, seed=spec.seed,
-            num_threads=min(os.cpu_count() or 1, 8), documents=train.documents())
-        vocab_type = "sentencepiece"
+            num_threads=min(os.cpu_count() or 1, 8))
     # Held-out text when there is some; else a train sample (then the UNK rate is optimistic).
     diag = heldout if heldout else train
     seed = 0 if spec.vocab_path else spec.seed  # an adopted vocab has no sampling seed
     lines = sample_sentences(diag.documents(), _DIAGNOSTIC_LINES, seed + 1) if diag else []
-    report = spm_vocab.write_report(ctx.work_dir, vocab_type, spec.do_lower_case, lines,
+    report = vocab_dir.write_report(ctx.work_dir, vocab_type, spec.do_lower_case, lines,
                                     "held-out text" if heldout else "a train sample")
     if "warning" in report:
         ctx.progress("WARNING: " + report["warning"])

@@ -10,7 +10,8 @@ from runexp.compiler.errors import UserError
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime.context import StageContext
 from runexp.runtime.stages import preprocess
-from runexp.tasks import spm_vocab
+from runexp.tasks import vocab_dir as vocab_files
+from runexp.tasks.text_files import sample_lines
 from runexp.tasks.tokenizer import load_tokenizer
 
 tf = pytest.importorskip("tensorflow")
@@ -28,9 +29,9 @@ def make_inputs(tmp_path):
     (tmp_path / "valid.txt").write_text("\n".join(docs[20:]))
     vocab_dir = tmp_path / "vocab"
     vocab_dir.mkdir()
-    spm_vocab.train_sentencepiece([str(tmp_path / "train.txt")], str(vocab_dir), vocab_size=60,
-                                  do_lower_case=True, max_sentences=1000)
-    spm_vocab.write_report(str(vocab_dir), "sentencepiece", True, ["value of the window."])
+    lines = sample_lines([str(tmp_path / "train.txt")], 1000, seed=0)
+    vocab_files.train_sentencepiece(lines, str(vocab_dir), vocab_size=60, do_lower_case=True)
+    vocab_files.write_report(str(vocab_dir), "sentencepiece", True, ["value of the window."])
     return str(vocab_dir)
 
 

@@ -20,7 +20,7 @@ def run_stage(tmp_path, name, **params):
     out = tmp_path / name
     out.mkdir()
     base = dict(vocab_path=None, vocab_size=120, do_lower_case=True, model_type="unigram",
-                max_sentences=1000, seed=0)
+                vocab_type="wordpiece", max_sentences=1000, seed=0)
     base.update(params)
     stage = Stage(id=name, kind="vocab", output_dir=str(out), params=base,
                   inputs=dict(train_files=[str(tmp_path / "train*.txt")],
@@ -30,16 +30,28 @@ def run_stage(tmp_path, name, **params):
     return out, summary
 
 
-def test_trains_sentencepiece(tmp_path):
-    out, summary = run_stage(tmp_path, "vocab")
-    assert sorted(p.name for p in out.iterdir()) == ["report.json", "spm.model", "vocab.txt"]
+def test_trains_a_wordpiece_vocab_by_default(tmp_path):
+    out, summary = run_stage(tmp_path, "vocab", vocab_type="wordpiece")
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "vocab.txt"]
     report = json.loads((out / "report.json").read_text())
-    assert report["type"] == "sentencepiece" and report["do_lower_case"] is True
+    assert report["type"] == "wordpiece" and report["do_lower_case"] is True
     assert {"vocab_size", "unk_rate", "pieces_per_word", "sample_words"} <= set(report)
     assert summary["vocab_size"] == report["vocab_size"] == load_tokenizer(str(out)).vocab_size
     assert summary["unk_rate"] == 0.0
     lines = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert "the" in lines and "##e" in lines  # words and continuation pieces, BERT's way
+
+
+def test_trains_sentencepiece_on_request_and_writes_no_vocab_txt(tmp_path):
+    out, summary = run_stage(tmp_path, "spm", vocab_type="sentencepiece")
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "spm.model"]
+    assert summary["type"] == "sentencepiece" and summary["unk_rate"] == 0.0
+    import sentencepiece
+
+    # Lower-casing is the model's own normalisation: the model alone reads "The" as "the".
+    sp = sentencepiece.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    assert sp.encode("The Value") == sp.encode("the value")
 
 
 def test_adopts_a_wordpiece_vocab_and_warns_on_unk(tmp_path):

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from runexp.tasks import spm_vocab, stdlib_corpus
-from runexp.tasks.text_files import iter_documents
+from runexp.tasks import stdlib_corpus, vocab_dir
+from runexp.tasks.text_files import iter_documents, sample_lines
 
 
 @pytest.fixture(scope="session")
@@ -41,18 +41,20 @@ def small_corpus(corpus_dir, tmp_path_factory):
 def spm_dir(small_corpus, tmp_path_factory):
     """A 2000-piece unigram SentencePiece vocab trained on the small corpus, lower-cased."""
     out = str(tmp_path_factory.mktemp("spm"))
-    spm_vocab.train_sentencepiece([os.path.join(small_corpus, "train.txt")], out,
-                                  vocab_size=2000, do_lower_case=True, model_type="unigram",
-                                  max_sentences=50_000, seed=0)
+    lines = sample_lines([os.path.join(small_corpus, "train.txt")], 50_000, seed=0)
+    vocab_dir.train_sentencepiece(lines, out, vocab_size=2000, do_lower_case=True,
+                                  model_type="unigram")
     heldout = list(itertools.chain(*iter_documents([os.path.join(small_corpus, "heldout.txt")])))
-    spm_vocab.write_report(out, "sentencepiece", True, heldout)
+    vocab_dir.write_report(out, "sentencepiece", True, heldout)
     return out
 
 
 @pytest.fixture(scope="session")
-def wordpiece_dir(spm_dir, tmp_path_factory):
-    """The spm vocab's exported vocab.txt adopted as a WordPiece vocab (has ## pieces)."""
+def wordpiece_dir(small_corpus, tmp_path_factory):
+    """A 2000-token WordPiece vocab.txt trained on the small corpus, lower-cased (what the
+    vocab stage trains by default)."""
     out = str(tmp_path_factory.mktemp("wordpiece"))
-    assert spm_vocab.adopt_vocab(os.path.join(spm_dir, "vocab.txt"), out) == "wordpiece"
-    spm_vocab.write_report(out, "wordpiece", True, ["Return the value of the attribute."])
+    lines = sample_lines([os.path.join(small_corpus, "train.txt")], 50_000, seed=0)
+    vocab_dir.train_vocab("wordpiece", lines, out, vocab_size=2000, do_lower_case=True)
+    vocab_dir.write_report(out, "wordpiece", True, ["Return the value of the attribute."])
     return out

@@ -31,7 +31,7 @@ from runexp.compiler.errors import UserError  # noqa: E402
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import records, seqio_tasks, spm_vocab  # noqa: E402
+from runexp.tasks import records, seqio_tasks, vocab_dir as vocab_files  # noqa: E402
 
 SEQ, PREDS = 64, 10
 WORDS = ("function value attribute asynchronous event loop widget window header message "
@@ -96,8 +96,8 @@ def made(tmp_path_factory):
     n_valid = make_bert_records(out, ["valid.tfrecord"], docs=12, seed=1)
     vocab_dir = os.path.join(out, "vocab")
     os.makedirs(vocab_dir)
-    assert spm_vocab.adopt_vocab(os.path.join(out, "vocab.txt"), vocab_dir) == "wordpiece"
-    spm_vocab.write_report(vocab_dir, "wordpiece", True, ["value of the window ."])
+    assert vocab_files.adopt_vocab(os.path.join(out, "vocab.txt"), vocab_dir) == "wordpiece"
+    vocab_files.write_report(vocab_dir, "wordpiece", True, ["value of the window ."])
     assert n_train > 100 and n_valid > 10
     return (out, [os.path.join(out, f"train-{i}.tfrecord") for i in range(2)],
             os.path.join(out, "valid.tfrecord"), vocab_dir)
@@ -216,7 +216,7 @@ def test_token_ids_past_the_vocabulary_are_refused(made, tmp_path):
     small = tmp_path / "small_vocab"
     small.mkdir()
     (small / "vocab.txt").write_text("\n".join(VOCAB[:10]) + "\n")
-    spm_vocab.write_report(str(small), "wordpiece", True, ["value ."])
+    vocab_files.write_report(str(small), "wordpiece", True, ["value ."])
     with pytest.raises(UserError, match=r"holds \d+, but token ids run from 0 to 9") as info:
         run_stage(tmp_path, dict(train_files=train, vocab_dir=str(small)))
     assert "set VOCAB to the one they were made with" in info.value.render()

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "spm_vocab", "text_files",
+LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "vocab_dir", "wordpiece_trainer", "text_files",
          "masking", "pretraining_instances", "pretraining_shards", "example_proto", "records",
          "classification", "inspect"]
 

@@ -51,8 +51,8 @@ pytestmark = pytest.mark.skipif(
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import spm_vocab  # noqa: E402
-from runexp.tasks.text_files import iter_documents  # noqa: E402
+from runexp.tasks import vocab_dir  # noqa: E402
+from runexp.tasks.text_files import iter_documents, sample_lines  # noqa: E402
 from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab  # noqa: E402
 
 MAX_LEN, MAX_PRED, DUPE = 128, 20, 5
@@ -88,10 +88,10 @@ def corpus_lines(small_corpus):
 
 @pytest.fixture(scope="module")
 def cased_vocab(small_corpus, tmp_path_factory):
-    """A cased 3000-piece vocab.txt (SentencePiece exported as WordPiece)."""
+    """A cased 3000-token vocab.txt, trained as the vocab stage trains one."""
     out = str(tmp_path_factory.mktemp("cased"))
-    spm_vocab.train_sentencepiece([os.path.join(small_corpus, "train.txt")], out,
-                                  vocab_size=3000, do_lower_case=False, max_sentences=50_000)
+    lines = sample_lines([os.path.join(small_corpus, "train.txt")], 50_000, seed=0)
+    vocab_dir.train_vocab("wordpiece", lines, out, vocab_size=3000, do_lower_case=False)
     return os.path.join(out, "vocab.txt")
 
 
