@@ -278,15 +278,28 @@ class BertEncoder(tf.Module):
         Returns:
           (sequence_output [batch * seq, hidden] flat, pooled_output [batch, hidden]).
         """
+        layers, pooled = self.layer_outputs(input_ids, input_mask, segment_ids, training)
+        return layers[-1], pooled
+
+    def layer_outputs(self, input_ids, input_mask, segment_ids, training: bool = False):
+        """``__call__`` keeping every layer's output (the exported encoder's
+        ``encoder_outputs``).
+
+        Returns:
+          ([embeddings output, then each transformer layer's output], each [batch * seq,
+          hidden] flat; the last is ``__call__``'s sequence_output), pooled_output.
+        """
         batch, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
         mask = tf.cast(input_mask, tf.float32)
         attention_bias = ((1.0 - mask) * -10000.0)[:, tf.newaxis, tf.newaxis, :]
         x = self.embeddings(input_ids, segment_ids, training)
+        outputs = [x]
         for layer in self.layers:
             x = layer(x, attention_bias, batch, seq_length, training)
+            outputs.append(x)
         first_token = tf.reshape(x, [batch, seq_length, self.config.hidden_size])[:, 0]
         pooled = tf.tanh(self.pooler(first_token))
-        return x, pooled
+        return outputs, pooled
 
     def named_variables(self) -> dict:
         out = dict(self.embeddings.named_variables())

@@ -47,9 +47,11 @@ def _is_whitespace(ch: str) -> bool:
 
 
 def _is_control(ch: str) -> bool:
+    """google-research/bert's rule: control and format characters (Cc, Cf) are deleted;
+    private-use and unassigned ones are kept (and become [UNK])."""
     if ch in "\t\n\r":
         return False
-    return unicodedata.category(ch).startswith("C")
+    return unicodedata.category(ch) in ("Cc", "Cf")
 
 
 def _is_punctuation(ch: str) -> bool:

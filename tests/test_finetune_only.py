@@ -124,7 +124,8 @@ def test_finetune_only_on_local_disk(release, tmp_path):
     for name in ("matched", "mismatched"):
         assert (root / "finetune.toy_nli" / f"predictions.{name}.tsv").is_file()
     export = root / "export"
-    assert (export / "saved_model" / "saved_model.pb").is_file()
+    assert (export / "encoder" / "saved_model.pb").is_file()
+    assert (export / "classifier" / "saved_model.pb").is_file()
     assert (export / "bert_model.ckpt.index").is_file()
     exported = json.loads((export / "bert_config.json").read_text())
     assert exported["hidden_size"] == 128 and exported["num_hidden_layers"] == 2
@@ -155,5 +156,5 @@ def test_finetune_only_on_gcs(release, gcs_prefix, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     metrics = json.loads(storage.read_text(f"{root}/finetune.toy_nli/metrics.json"))
     _check_metrics(metrics)
-    assert storage.exists(f"{root}/export/saved_model/saved_model.pb")
+    assert storage.exists(f"{root}/export/encoder/saved_model.pb")
     assert storage.exists(f"{root}/export/COMPLETED")

@@ -58,7 +58,8 @@ def test_every_stage_completes_and_reports_metrics(finished):
     assert 0.0 <= metrics["mlm_accuracy"] <= 1.0
     ft = json.load(open(os.path.join(root, "finetune.stdlib_package", "metrics.json")))
     assert ft["num_labels"] >= 2
-    assert os.path.isdir(os.path.join(root, "export", "saved_model"))
+    for name in ("encoder", "preprocessing", "classifier"):
+        assert os.path.isdir(os.path.join(root, "export", name)), name
     assert os.path.isfile(os.path.join(root, "plan.json"))
     assert "held-out MLM accuracy" in proc.stdout
     assert "dev accuracy" in proc.stdout
@@ -134,7 +135,8 @@ def test_curves_and_report_of_the_finished_run(finished):
     images = re.findall(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', html)
     assert len(images) == 2
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
-    for artifact in ("saved_model/", "bert_model.ckpt.*", "vocab.txt", "bert_config.json"):
+    for artifact in ("encoder/", "preprocessing/", "classifier/", "bert_model.ckpt.*",
+                     "vocab.txt", "bert_config.json", "README.md"):
         assert f"<code>{artifact}</code>" in html
     assert f"tensorboard --logdir {root}" in html
 

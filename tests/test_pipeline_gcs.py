@@ -38,7 +38,7 @@ def test_quickstart_on_gcs_matches_local_disk_and_is_reused(gcs_prefix, tmp_path
         manifest = json.loads(storage.read_text(f"{remote}/MANIFEST.json"))
         assert manifest["fingerprint"] == stage.fingerprint, stage.id
     assert storage.glob(f"{gcs_prefix}/pretrain/checkpoints/ckpt-*.index")
-    assert storage.exists(f"{gcs_prefix}/export/saved_model/saved_model.pb")
+    assert storage.exists(f"{gcs_prefix}/export/encoder/saved_model.pb")
     assert storage.exists(f"{gcs_prefix}/plan.json")
 
     # A fresh cache: everything is decided from the bucket alone.

@@ -645,7 +645,7 @@ def _section_artifacts(r: Report, reader: RootReader) -> str:
 
 
 def _artifact_group(rel: str) -> str:
-    """A directory's files as one row ("saved_model/"), a checkpoint's as "prefix.*"."""
+    """A directory's files as one row ("encoder/"), a checkpoint's as "prefix.*"."""
     if "/" in rel:
         return rel.split("/", 1)[0] + "/"
     if ".ckpt." in rel:
@@ -660,6 +660,10 @@ def _artifact_note(name: str, files: int) -> str:
 
 
 _ARTIFACT_NOTES = {
+    "encoder": "TF Hub-style SavedModel of the encoder",
+    "preprocessing": "SavedModel: text to the encoder's inputs",
+    "classifier": "SavedModel of the fine-tuned classifier: text to labels",
+    "README": "what each file is and how to load it",
     "saved_model": "TF SavedModel of the encoder (signature serving_default)",
     "bert_model": "checkpoint in google-research/bert's variable layout",
     "bert_config": "the model's shape, google-research/bert's format",
@@ -670,25 +674,20 @@ _ARTIFACT_NOTES = {
 
 def _snippets(r: Report, sr: StageReport, reader: RootReader) -> str:
     d = sr.dir
-    vocab = sr.stage.inputs.get("vocab_dir")
-    vocab_dir = _rebase(vocab, r.plan.output_root, r.root) if isinstance(vocab, str) else None
     join = reader.join
     has_spm = any(rel == "spm.model" for rel, _ in reader.files(d))
     finetunes, pretrains = r.by_kind("finetune"), r.by_kind("pretrain")
     seq = (FinetuneSpec.from_stage(finetunes[0].stage).max_seq_length if finetunes else
            TrainSpec.from_stage(pretrains[0].stage).max_seq_length if pretrains else 128)
     saved = f'''import tensorflow as tf
-from runexp.tasks.tokenizer import load_tokenizer
+import tensorflow_text  # noqa: F401 - the ops of the preprocessing model
 
-tok = load_tokenizer("{vocab_dir or join(d, '')}")   # the tokenizer training used
-ids = [tok.cls_id] + tok.encode("Return the value of the key.") + [tok.sep_id]
-encoder = tf.saved_model.load("{join(d, 'saved_model')}")
-out = encoder.signatures["serving_default"](
-    input_ids=tf.constant([ids], tf.int32),
-    input_mask=tf.ones([1, len(ids)], tf.int32),
-    segment_ids=tf.zeros([1, len(ids)], tf.int32))
+preprocess = tf.saved_model.load("{join(d, 'preprocessing')}")   # text -> encoder inputs
+encoder = tf.saved_model.load("{join(d, 'encoder')}")
+out = encoder(preprocess(tf.constant(["Return the value of the key."])))
 out["pooled_output"]     # [1, hidden]: the [CLS] vector
-out["sequence_output"]   # [1, len(ids), hidden]: one vector per token'''
+out["sequence_output"]   # [1, seq, hidden]: one vector per token
+out["encoder_outputs"]   # every layer's sequence output'''
     google = f'''# google-research/bert (TensorFlow 1.x), e.g. fine-tuning with run_classifier.py:
 python run_classifier.py --task_name=... --data_dir=... --output_dir=... \\
   --do_train=true --do_eval=true --max_seq_length={seq} \\
@@ -709,7 +708,9 @@ INIT_CHECKPOINT = '{join(d, 'bert_model.ckpt')}'
                 "<code>vocab.txt</code> lists the same pieces, but only the SentencePiece "
                 "model (<code>spm.model</code>, which runexp's tokenizer loads) splits words "
                 "exactly as in training.</p>") if has_spm else ""
-    return ("<h3>Loading them</h3><p>The encoder as a SavedModel (TensorFlow 2):</p>"
+    return ("<h3>Loading them</h3><p>The encoder and its preprocessing as SavedModels "
+            "(TensorFlow 2; also <code>hub.KerasLayer</code>; the export's README.md has "
+            "more):</p>"
             f"<pre>{_e(saved)}</pre><p>The checkpoint in Google's BERT layout, with "
             f"<code>bert_config.json</code> and <code>vocab.txt</code>:</p><pre>{_e(google)}"
             f"</pre>{spm_note}<pre>{_e(again)}</pre>")

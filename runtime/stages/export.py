@@ -1,11 +1,25 @@
-"""export stage: the encoder as a SavedModel, a Google-layout checkpoint, config and vocab.
+"""export stage: the model for each of its consumers.
 
 Contract (docs/STAGES.md): params ``model``; inputs ``checkpoint_dir`` (pretrain stage dir),
-``vocab_dir``, optionally ``finetune_dir`` (then the fine-tuned encoder is exported and the
-Google checkpoint also holds the classifier's ``output_weights``/``output_bias``). Writes
-``saved_model/`` (serving signature: int32 ``input_ids``, ``input_mask``, ``segment_ids``
-[batch, seq] -> ``sequence_output`` [batch, seq, hidden], ``pooled_output``),
-``bert_model.ckpt.*``, ``bert_config.json``, ``vocab.txt`` (and ``spm.model``).
+``vocab_dir``, optionally ``finetune_dir`` (then the fine-tuned encoder is exported, with its
+classifier). Writes:
+
+- ``encoder/``: TF Hub-style encoder SavedModel (runtime/export/encoder.py): int32
+  ``input_word_ids``, ``input_mask``, ``input_type_ids`` [batch, seq] -> ``pooled_output``,
+  ``sequence_output``, ``encoder_outputs`` (per layer), ``default``; the vocabulary as the
+  asset ``vocab_file``, ``do_lower_case``.
+- ``preprocessing/``: strings -> those inputs, tokenised in the graph exactly as runexp does
+  (runtime/export/preprocessing.py), with ``tokenize`` and ``bert_pack_inputs``.
+- ``classifier/`` (fine-tuned only): text -> ``logits``, ``probabilities``, ``label``
+  (runtime/export/classifier.py).
+- ``bert_model.ckpt.*`` (google-research/bert's layout; a fine-tuned one also holds the
+  classifier's ``output_weights``/``output_bias``), ``bert_config.json``, ``vocab.txt`` (and
+  ``spm.model``), ``README.md`` (how to load each, runtime/export/readme.py).
+
+The preprocessing length is the fine-tune's ``max_seq_length`` when there is a finetune stage
+(the classifier was trained and is served at it), else the pretraining ``max_seq_length`` (the
+longest inputs the encoder was trained on; positions past it were never trained), both read
+from the upstream stages' params in the plan (or their MANIFEST.json).
 """
 
 from __future__ import annotations
@@ -14,67 +28,140 @@ import json
 import os
 import shutil
 
-import tensorflow as tf
-
-from runexp.compiler.specs import ExportSpec
+from runexp.compiler.plan import MANIFEST_FILE
+from runexp.compiler.specs import ExportSpec, FinetuneSpec
+from runexp.compiler.specs.train import TrainSpec
 from runexp.runtime import checkpoints
 from runexp.runtime.bert_config import BertConfig, write_bert_config
 from runexp.runtime.model import BertClassifier, BertPretrainer, count_parameters
 
-SAVED_MODEL_DIR = "saved_model"
+ENCODER_DIR = "encoder"
+PREPROCESSING_DIR = "preprocessing"
+CLASSIFIER_DIR = "classifier"
 GOOGLE_CHECKPOINT = "bert_model.ckpt"
+README = "README.md"
 VOCAB_FILES = ("vocab.txt", "spm.model")
+METRICS_FILE = "metrics.json"  # the finetune stage's
 
-_INT_MATRIX = tf.TensorSpec([None, None], tf.int32)
 
-
-class EncoderExport(tf.Module):
-    """What the SavedModel holds: the encoder and its serving function."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.encoder = encoder
-
-    @tf.function(input_signature=[_INT_MATRIX, _INT_MATRIX, _INT_MATRIX])
-    def serve(self, input_ids, input_mask, segment_ids):
-        sequence, pooled = self.encoder(input_ids, input_mask, segment_ids, training=False)
-        shape = tf.shape(input_ids)
-        sequence = tf.reshape(sequence, [shape[0], shape[1], self.encoder.config.hidden_size])
-        return {"sequence_output": sequence, "pooled_output": pooled}
+def _upstream_params(ctx, kind: str, stage_dir: str | None) -> dict:
+    """The params of the ``kind`` stage this one depends on: from the plan, else from the
+    MANIFEST.json the executor wrote into its directory; {} when neither has them."""
+    for dep in ctx.stage.deps:
+        try:
+            stage = ctx.upstream(dep)
+        except KeyError:
+            continue
+        if stage.kind == kind:
+            return dict(stage.params)
+    if stage_dir:
+        try:
+            with open(os.path.join(stage_dir, MANIFEST_FILE), encoding="utf-8") as f:
+                return dict(json.load(f).get("params") or {})
+        except (OSError, ValueError):
+            pass
+    return {}
 
 
 def _finetuned(config: BertConfig, finetune_dir: str):
-    """The classifier of a finetune stage dir, restored from its latest checkpoint."""
-    with open(os.path.join(finetune_dir, "metrics.json")) as f:
-        num_labels = int(json.load(f)["num_labels"])
-    model = BertClassifier(config, num_labels)
-    return model, checkpoints.restore_model(model, finetune_dir)
+    """The classifier of a finetune stage dir, restored from its latest checkpoint, and its
+    metrics.json (``labels``, ``num_labels``)."""
+    with open(os.path.join(finetune_dir, METRICS_FILE), encoding="utf-8") as f:
+        metrics = json.load(f)
+    model = BertClassifier(config, int(metrics["num_labels"]))
+    return model, checkpoints.restore_model(model, finetune_dir), metrics
+
+
+def _special_ids(vocab_dir: str) -> dict:
+    from runexp.tasks.tokenizer import SPECIAL_TOKENS, load_tokenizer
+
+    tokenizer = load_tokenizer(vocab_dir)
+    return {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
+
+
+def _copy_vocab(vocab_dir: str, out_dir: str) -> list[str]:
+    copied = []
+    for name in VOCAB_FILES:
+        src = os.path.join(vocab_dir, name)
+        if os.path.exists(src):
+            shutil.copyfile(src, os.path.join(out_dir, name))
+            copied.append(name)
+    return copied
 
 
 def run(ctx) -> dict:
+    # TensorFlow, tensorflow_text: imported when the stage runs.
+    from runexp.runtime.export import classifier as classifier_lib
+    from runexp.runtime.export import encoder as encoder_lib
+    from runexp.runtime.export import preprocessing as preprocessing_lib
+    from runexp.runtime.export import readme
+
     spec, inputs = ExportSpec.from_stage(ctx), ctx.inputs
     config = BertConfig.from_dict(spec.model)
-    if inputs.get("finetune_dir"):
-        model, step = _finetuned(config, inputs["finetune_dir"])
+    out = ctx.work_dir
+    finetune_dir = inputs.get("finetune_dir")
+    metrics = finetune = None
+    if finetune_dir:
+        model, step, metrics = _finetuned(config, finetune_dir)
+        # The task's text fields and length: metrics.json's if it records them, else the
+        # finetune stage's params.
+        params = _upstream_params(ctx, "finetune", finetune_dir)
+        params.update({k: metrics[k] for k in ("text_fields", "max_seq_length")
+                       if k in metrics})
+        finetune = FinetuneSpec.pick(params)
+        seq_length, why = finetune.max_seq_length, "the fine-tune's max_seq_length"
     else:
         model = BertPretrainer(config)
         step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
+        params = _upstream_params(ctx, "pretrain", inputs["checkpoint_dir"])
+        seq_length, why = TrainSpec.pick(params).max_seq_length, \
+            "the pretraining max_seq_length"
+    if not params:
+        ctx.progress(f"WARNING: the {'finetune' if finetune_dir else 'pretrain'} stage's "
+                     "params are neither in the plan nor in its MANIFEST.json: its defaults "
+                     "are assumed (sequence length"
+                     + (", one text field" if finetune_dir else "") + ")")
+    if seq_length > config.max_position_embeddings:
+        seq_length, why = config.max_position_embeddings, "the model's max_position_embeddings"
     variables = model.google_variables()
 
-    saved_model = os.path.join(ctx.work_dir, SAVED_MODEL_DIR)
-    module = EncoderExport(model.encoder)
-    tf.saved_model.save(module, saved_model, signatures={"serving_default": module.serve})
-    checkpoints.save_google_checkpoint(variables, os.path.join(ctx.work_dir, GOOGLE_CHECKPOINT))
-    write_bert_config(config, ctx.work_dir)
-    copied = []
-    for name in VOCAB_FILES:
-        src = os.path.join(inputs["vocab_dir"], name)
-        if os.path.exists(src):
-            shutil.copyfile(src, os.path.join(ctx.work_dir, name))
-            copied.append(name)
+    # The vocabulary the model was trained with (each SavedModel keeps a copy as an asset).
+    vocab_dir = inputs["vocab_dir"]
+    report = preprocessing_lib.vocab_report(vocab_dir)
+    copied = _copy_vocab(vocab_dir, out)
+    sentencepiece = report["type"] == "sentencepiece"
+    lower = bool(report["do_lower_case"])
+    vocab_path = preprocessing_lib.vocab_file(vocab_dir)
+
+    paths = {"encoder": os.path.join(out, ENCODER_DIR),
+             "preprocessing": os.path.join(out, PREPROCESSING_DIR)}
+    encoder_lib.save_encoder(model.encoder, paths["encoder"], vocab_path, sentencepiece, lower)
+    preprocessing_lib.save_preprocessing(vocab_dir, seq_length, paths["preprocessing"])
+    labels = text_fields = None
+    if finetune_dir:
+        labels = [str(label) for label in metrics.get("labels") or finetune.data.labels or
+                  range(model.num_labels)]
+        if "labels" not in metrics and not finetune.data.labels:
+            ctx.progress(f"WARNING: {finetune_dir}/{METRICS_FILE} names no labels: the "
+                         "classifier's labels are the class numbers")
+        text_fields = list(finetune.data.text_fields)
+        paths["classifier"] = os.path.join(out, CLASSIFIER_DIR)
+        classifier_lib.save_classifier(model, vocab_dir, seq_length, labels, text_fields,
+                                       paths["classifier"])
+    checkpoints.save_google_checkpoint(variables, os.path.join(out, GOOGLE_CHECKPOINT))
+    write_bert_config(config, out)
     parameters = count_parameters(variables)
-    ctx.progress(f"exported step {step}: {parameters:,} parameters, {saved_model}, "
-                 f"{GOOGLE_CHECKPOINT}, {', '.join(copied)}")
-    return {"saved_model": saved_model, "parameters": parameters, "step": step,
-            "google_checkpoint": os.path.join(ctx.work_dir, GOOGLE_CHECKPOINT),
-            "vocab_files": copied}
+    facts = readme.ExportFacts(
+        step=step, parameters=parameters, layers=config.num_hidden_layers,
+        hidden=config.hidden_size, vocab_type=report["type"], do_lower_case=lower,
+        seq_length=seq_length, seq_length_source=why, vocab_files=copied, labels=labels,
+        text_fields=text_fields, task=finetune.task if finetune else "",
+        special_ids=_special_ids(vocab_dir))
+    with open(os.path.join(out, README), "w", encoding="utf-8") as f:
+        f.write(readme.render(facts))
+    ctx.progress(f"exported step {step}: {parameters:,} parameters; "
+                 f"{', '.join(name + '/' for name in paths)} (seq_length {seq_length}, {why}), "
+                 f"{GOOGLE_CHECKPOINT}, {', '.join(copied)}, {README}")
+    return {**paths, "parameters": parameters, "step": step, "seq_length": seq_length,
+            "vocab_type": report["type"], "do_lower_case": lower,
+            "google_checkpoint": os.path.join(out, GOOGLE_CHECKPOINT), "vocab_files": copied}

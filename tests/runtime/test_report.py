@@ -326,7 +326,7 @@ def test_report_of_a_gcs_root(experiment, gcs_prefix):
 
     root, plan = experiment
     export = plan.stage("export")
-    for name, size in (("saved_model/saved_model.pb", 3000), ("saved_model/variables/v", 7000),
+    for name, size in (("encoder/saved_model.pb", 3000), ("encoder/variables/v", 7000),
                        ("bert_model.ckpt.index", 100), ("vocab.txt", 50)):
         _write(os.path.join(export.output_dir, name), "x" * size)
     _finish(export, 0.5, {"step": TRAIN_STEPS})
@@ -338,8 +338,8 @@ def test_report_of_a_gcs_root(experiment, gcs_prefix):
     assert "6 of 7 done" in html_text and len(_images(html_text)) == 1
     assert f"tensorboard --logdir {gcs_prefix}" in html_text
     # The export stage's objects, listed from the bucket, a directory as one row.
-    assert re.search(r"<code>saved_model/</code></td><td class='num'>9\.8 KB</td>", html_text)
-    assert f'tf.saved_model.load(&quot;{gcs_prefix}/export/saved_model&quot;)' in html_text
+    assert re.search(r"<code>encoder/</code></td><td class='num'>9\.8 KB</td>", html_text)
+    assert f'tf.saved_model.load(&quot;{gcs_prefix}/export/encoder&quot;)' in html_text
 
 
 def test_a_stopped_pretrain_stage_draws_its_curves_and_syncs_them(pretrain_data, tmp_path,
