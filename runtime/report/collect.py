@@ -30,7 +30,7 @@ KEY_PARAMS = {
               "max_sentences"),
     "preprocess": ("task", "format", "max_seq_length", "max_predictions_per_seq",
                    "masked_lm_prob", "dupe_factor", "pair_objective", "dynamic_masking",
-                   "whole_word_masking"),
+                   "whole_word_masking", "word_segmenter"),
     "pretrain": ("train_steps", "batch_size", "learning_rate", "warmup_steps", "optimizer",
                  "max_seq_length", "compute_dtype", "eval_every", "init_checkpoint",
                  "mixture_rates"),
