@@ -3,6 +3,7 @@ stage against google-research/bert.
 
     .venv/bin/python bench/preprocess.py [--runs 3] [--mb 20] [--work_dir DIR] [--dupe_factor 5]
         [--scale 16] [--seeds 10] [--no_peer]
+    .venv/bin/python bench/preprocess.py --runner=beam [--runs 3]   # bench/preprocess_beam.py
 
 See ../shared/design/BENCHMARKS.md, section 1. The peer is ``python -m
 bert.create_pretraining_data`` from the bert-tensorflow package (the ``bench`` extra), run as
@@ -84,7 +85,7 @@ def measured(cmd: list[str], log_path: str) -> dict:
     start = time.perf_counter()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        peak = [0, 0]  # tree sum, largest process
+        peak = [0, 0, 0]  # tree sum, largest process, largest descendant (a worker)
         done = threading.Event()
 
         def sample():
@@ -97,9 +98,10 @@ def measured(cmd: list[str], log_path: str) -> dict:
                         try:
                             sizes.append(p.memory_info().rss)
                         except psutil.Error:
-                            pass
+                            sizes.append(0)
                     peak[0] = max(peak[0], sum(sizes))
                     peak[1] = max([peak[1]] + sizes)
+                    peak[2] = max([peak[2]] + sizes[1:])
                 except psutil.Error:
                     pass
                 done.wait(0.05)
@@ -115,7 +117,8 @@ def measured(cmd: list[str], log_path: str) -> dict:
         with open(log_path) as f:
             sys.exit(f"command failed ({rc}): {' '.join(cmd)}\n{f.read()[-3000:]}")
     return {"seconds": wall, "peak_rss_mb": peak[0] / 2**20,
-            "max_process_rss_mb": peak[1] / 2**20, "other_cores": max(0.0, others / wall),
+            "max_process_rss_mb": peak[1] / 2**20, "max_worker_rss_mb": peak[2] / 2**20,
+            "other_cores": max(0.0, others / wall),
             "cpu_seconds": _children_cpu() - children0}
 
 
@@ -140,12 +143,12 @@ def _find(out_dir: str, name: str) -> list[str]:
 
 
 def run_ours(corpus: str, vocab_dir: str, out_dir: str, dupe_factor: int, log: str,
-             shards: int = 0, keep_stats: bool = False) -> dict:
+             shards: int = 0, keep_stats: bool = False, runner: str = "local") -> dict:
     shutil.rmtree(out_dir, ignore_errors=True)
     os.makedirs(out_dir)
     shards = shards or auto_num_shards(os.path.getsize(corpus))
     cmd = [sys.executable, os.path.abspath(__file__), "--_ours", corpus, vocab_dir, out_dir,
-           str(dupe_factor), str(shards)]
+           str(dupe_factor), str(shards), runner]
     result = measured(cmd, log)
     with open(_find(out_dir, "stats.train.json")[0]) as f:
         stats = json.load(f)
@@ -275,7 +278,8 @@ def compare_statistics(peer: dict, ours: dict, seeds: list[dict]) -> tuple[list[
     return lines, ok
 
 
-def child_ours(corpus: str, vocab_dir: str, out_dir: str, dupe_factor: str, shards: str):
+def child_ours(corpus: str, vocab_dir: str, out_dir: str, dupe_factor: str, shards: str,
+               runner: str = "local"):
     """The preprocess stage exactly as the executor runs it (no TensorFlow imported)."""
     from runexp.compiler.plan import Plan, Stage
     from runexp.runtime.context import StageContext
@@ -284,6 +288,8 @@ def child_ours(corpus: str, vocab_dir: str, out_dir: str, dupe_factor: str, shar
                   mask_token_prob=0.8, random_token_prob=0.1, whole_word_masking=False,
                   pair_objective="nsp", do_lower_case=True, num_shards=int(shards),
                   num_workers=0, **FLAGS)
+    if runner == "beam":  # DirectRunner, a worker process per core (bench/preprocess_beam.py)
+        params.update(runner="beam", beam_options={"runner": "DirectRunner"})
     stage = Stage(id="preprocess.bench", kind="preprocess", output_dir=out_dir, params=params,
                   inputs=dict(train_files=[corpus], validation_files=[], vocab_dir=vocab_dir))
     summary = preprocess.run(StageContext(stage, Plan("bench", out_dir, (stage,)), out_dir))
@@ -301,7 +307,7 @@ def fmt(r: dict) -> str:
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--_ours":
-        return child_ours(*sys.argv[2:7])
+        return child_ours(*sys.argv[2:8])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--mb", type=float, default=20.0, help="corpus size (MB of text)")
@@ -311,10 +317,13 @@ def main():
     p.add_argument("--seeds", type=int, default=10, help="our seeds for the statistics' bands")
     p.add_argument("--work_dir", default="/tmp/runexp_bench_preprocess")
     p.add_argument("--no_peer", action="store_true", help="ours only (no ratio)")
+    p.add_argument("--runner", choices=("local", "beam"), default="local",
+                   help="beam: Apache Beam's DirectRunner next to the local runner "
+                        "(bench/preprocess_beam.py), instead of the peer comparison")
     args = p.parse_args()
     print("command: " + " ".join([os.path.relpath(sys.executable), "bench/preprocess.py",
                                   *sys.argv[1:]]), flush=True)
-    if not args.no_peer and importlib.util.find_spec("bert") is None:
+    if args.runner == "local" and not args.no_peer and importlib.util.find_spec("bert") is None:
         # (found, not imported: importing it would load TensorFlow into this process)
         sys.exit("the peer is missing: pip install -e '.[bench]' (bert-tensorflow==1.0.4)")
     meta = doc_corpus.build_corpus(args.work_dir, int(args.mb * 1e6))
@@ -328,6 +337,12 @@ def main():
           f"{report['unk_rate']:.3%}, {report['pieces_per_word']:.2f} pieces per word",
           flush=True)
     big_corpus = None
+    if args.runner == "beam":
+        import preprocess_beam
+        logs = os.path.join(args.work_dir, "logs")
+        os.makedirs(logs, exist_ok=True)
+        return preprocess_beam.compare(args, corpus, vocab_dir, run_ours, fmt, logs,
+                                       os.path.join(args.work_dir, "out"))
     if args.scale > 1:
         big_corpus = doc_corpus.repeat_corpus(meta, args.work_dir, args.scale)
         print(f"scaled corpus: {big_corpus['path']}: {big_corpus['bytes']:,} bytes "

@@ -243,6 +243,8 @@ def _inspect(argv: Sequence[str]) -> int:
     p.add_argument("--gin_param", action="append", default=[], metavar="BINDING")
     p.add_argument("--gin_search_path", action="append", default=[], metavar="DIR")
     p.add_argument("--task", help="bert_pretraining_task name (default: the one train.task uses)")
+    p.add_argument("--phase", type=int, default=1,
+                   help="the pretraining phase whose examples to show (train.phases; default 1)")
     p.add_argument("--split", default="train", choices=("train", "validation"))
     p.add_argument("-n", type=int, default=5, help="examples to show")
     args = p.parse_args(argv)
@@ -251,13 +253,18 @@ def _inspect(argv: Sequence[str]) -> int:
     except UserError as e:
         print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR
-    pre = [s for s in plan.stages if s.kind == "preprocess"]
+    suffix = "" if args.phase == 1 else f".phase{args.phase}"  # compiler/stages/phases.py
+    pre = [s for s in plan.stages if s.kind == "preprocess"
+           and s.id == f"preprocess.{s.params['task']}{suffix}"]
     stage = next((s for s in pre if s.params["task"] == args.task), None) if args.task else \
         (pre[0] if pre else None)
     if stage is None:
-        print(f"error: no preprocess stage for task {args.task!r} in this experiment\n"
-              f"  hint: tasks planned: {', '.join(s.params['task'] for s in pre) or 'none'}",
-              file=sys.stderr)
+        tasks = sorted({s.params["task"] for s in plan.stages if s.kind == "preprocess"})
+        phases = sum(1 for s in plan.stages if s.kind == "pretrain")
+        print("error: no preprocess stage " + (f"for task {args.task!r} " if args.task else "")
+              + (f"in phase {args.phase} " if args.phase != 1 else "") + "in this experiment\n"
+              f"  hint: tasks planned: {', '.join(tasks) or 'none'}"
+              + (f"; phases: 1 to {phases}" if phases > 1 else ""), file=sys.stderr)
         return EXIT_USER_ERROR
     vocab = plan.stage("vocab")
     if stage_state(stage, {}).action != REUSE or stage_state(vocab, {}).action != REUSE:

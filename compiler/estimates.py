@@ -22,6 +22,7 @@ from runexp.compiler import uris
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.model_sizes import parameter_count
 from runexp.compiler.plan import Plan
+from runexp.compiler.specs import TrainSpec
 
 ASSUMED_MFU = {"tpu": 0.20, "gpu": 0.30, "cpu": 0.25}
 # English text tokenised with a 30k WordPiece vocab: about this many bytes per token.
@@ -102,8 +103,15 @@ def _corpus_bytes(patterns: list[str]) -> Optional[int]:
     return total
 
 
-def _instances(plan: Plan) -> tuple[Optional[int], str]:
-    pre = next((s for s in plan.stages if s.kind == "preprocess"), None)
+def _preprocess_of(plan: Plan, stage) -> Optional[object]:
+    """The first preprocess stage ``stage`` reads (a pretraining phase's data)."""
+    by_id = {s.id: s for s in plan.stages}
+    return next((by_id[d] for d in stage.deps if d in by_id and by_id[d].kind == "preprocess"),
+                None)
+
+
+def _instances(plan: Plan, stage) -> tuple[Optional[int], str]:
+    pre = _preprocess_of(plan, stage)
     if pre is None:
         return None, ""
     stats = os.path.join(pre.output_dir, "MANIFEST.json")
@@ -119,7 +127,10 @@ def _instances(plan: Plan) -> tuple[Optional[int], str]:
         except (OSError, ValueError, AttributeError):
             pass
     corpus = next((s for s in plan.stages if s.kind == "corpus"), None)
-    size = _corpus_bytes(pre.inputs.get("train_files") or [])  # none: a seqio source
+    source = pre
+    while source is not None and "split_index_dir" in source.inputs:
+        source = _preprocess_of(plan, source)  # a later phase: the first phase's corpus
+    size = _corpus_bytes(source.inputs.get("train_files") or []) if source else None
     if not size and corpus is not None:
         size = corpus.params["min_bytes"]
     if not size:
@@ -153,8 +164,10 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
     # A classifier predicts no masked tokens.
     predictions = p["max_predictions_per_seq"] if stage.kind == "pretrain" else 0
     flops = train_flops_per_example(model, seq, predictions) * batch
+    micro_batches = 1
     if stage.kind == "pretrain":
-        instances, source = _instances(plan)
+        instances, source = _instances(plan, stage)
+        micro_batches = TrainSpec.pick(p).grad_accum_steps  # activations: one micro-batch's
     else:
         instances, source = _finetune_examples(stage)
     hours = usd = usd_pre = None
@@ -173,8 +186,27 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
         instances_source=source,
         epochs=(p["train_steps"] * batch / instances) if instances else None,
         hours=hours, usd=usd, usd_preemptible=usd_pre,
-        memory_gb_per_replica=memory_gb(model, max(1, math.ceil(batch / replicas)), seq),
+        memory_gb_per_replica=memory_gb(
+            model, max(1, math.ceil(batch / replicas / micro_batches)), seq),
     )
+
+
+def pretraining_total(plan: Plan, ests: dict[str, Estimate]) -> list[str]:
+    """Lines summing the pretraining phases' estimates (with more than one phase)."""
+    phases = [ests[s.id] for s in plan.stages if s.kind == "pretrain" and s.id in ests]
+    if len(phases) < 2:
+        return []
+    lines = [f"tokens: {sum(e.total_tokens for e in phases):,} in {len(phases)} phases"]
+    if all(e.hours is not None for e in phases):
+        hours = sum(e.hours for e in phases)
+        money = ""
+        if all(e.usd for e in phases):
+            money = (f"; about ${sum(e.usd for e in phases):,.0f} on demand, "
+                     f"${sum(e.usd_preemptible for e in phases):,.0f} preemptible")
+        lines.append(f"wall time on {plan.accelerator['name']}: about {_duration(hours)}{money}")
+    lines.append(f"memory per replica: about {max(e.memory_gb_per_replica for e in phases):.1f}"
+                 " GB at most")
+    return lines
 
 
 def estimates(plan: Plan) -> dict[str, Estimate]:

@@ -14,6 +14,7 @@ import dataclasses
 
 from runexp.compiler.specs import (CorpusSpec, EvaluateSpec, ExportSpec, FinetuneSpec,
                                    PreprocessSpec, TrainSpec, VocabSpec)
+from runexp.compiler.specs.runner import OPERATIONAL
 from runexp.compiler.specs.train import RESUMABLE
 
 
@@ -28,6 +29,9 @@ class StageKind:
       trains: writes checkpoints, can resume, honours the wall-time budget.
       needs_tensorflow: its handler imports TensorFlow.
       resumable: params that may change while a run continues from its checkpoints.
+      operational: params that change how the outputs are made, never what they are (the
+        preprocess stage's runner): in the plan, left out of the fingerprint, so changing
+        them reuses a cached stage.
     """
 
     name: str
@@ -37,13 +41,15 @@ class StageKind:
     trains: bool = False
     needs_tensorflow: bool = False
     resumable: tuple = ()
+    operational: tuple = ()
 
 
 KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("corpus", CorpusSpec, "builtin_corpus"),
     StageKind("vocab", VocabSpec, "vocab"),
     # 2: the records are a seqio task cache in <stage dir>/<task>/, with COMPLETED.
-    StageKind("preprocess", PreprocessSpec, "bert_pretraining_task", format_version=2),
+    StageKind("preprocess", PreprocessSpec, "bert_pretraining_task", format_version=2,
+              operational=OPERATIONAL),
     StageKind("pretrain", TrainSpec, "train", trains=True, needs_tensorflow=True,
               resumable=RESUMABLE),
     StageKind("evaluate", EvaluateSpec, "evaluate", needs_tensorflow=True),

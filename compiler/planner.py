@@ -28,6 +28,7 @@ from runexp.compiler.stages.evaluate import plan_evaluate
 from runexp.compiler.stages.export import plan_export
 from runexp.compiler.stages.finetune import plan_finetune
 from runexp.compiler.stages.mixture import pretraining_members
+from runexp.compiler.stages.phases import read_phases
 from runexp.compiler.stages.preprocess import plan_preprocess
 from runexp.compiler.stages.pretrain import plan_pretrain
 from runexp.compiler.stages.vocab import plan_vocab
@@ -41,8 +42,8 @@ class Compiled:
 
 
 def _plan(ctx: PlanContext) -> Optional[Plan]:
-    """vocab -> preprocess (one per task) -> pretrain -> evaluate -> finetune -> export.
-    None after reporting why nothing can be planned."""
+    """vocab -> preprocess (one per task and phase) -> pretrain (one per phase) -> evaluate
+    -> finetune -> export. None after reporting why nothing can be planned."""
     r, c = ctx.r, ctx.c
     root = r.get("experiment", "output_root")
     accel_name = r.get("experiment", "accelerator")
@@ -80,13 +81,27 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
 
     vocab = plan_vocab(ctx, task)
     pretrain = None
+    if task is None and r.get("train", "phases"):
+        c.warn("train.phases is set, but this experiment does not pretrain (train.task is "
+               "None): it is ignored", ctx.loc("train", "phases"),
+               hint="remove it, or set train.task to pretrain in phases")
     if task is not None:
-        pres = [plan_preprocess(ctx, t, vocab) for t in pretraining_members(ctx, task)]
-        pretrain = plan_pretrain(ctx, pres[0] if task in tasks else pres, vocab, accel)
-        if pretrain is None:
+        phases = read_phases(ctx)
+        if phases is None:
             return None
-        if r.get("evaluate", "enabled"):
-            _plan_evaluate(ctx, pres, pretrain, single=task in tasks)
+        members = pretraining_members(ctx, task)
+        # The data of every phase first, then the training: a TPU run finds all of it made
+        # (and --until=preprocess makes all of it on a cheap machine).
+        firsts = [plan_preprocess(ctx, t, vocab, phases[0]) for t in members]
+        by_phase = [firsts] + [[plan_preprocess(ctx, t, vocab, phase, first)
+                                for t, first in zip(members, firsts)] for phase in phases[1:]]
+        for phase, pres in zip(phases, by_phase):
+            pretrain = plan_pretrain(ctx, pres[0] if task in tasks else pres, vocab, accel,
+                                     phase, previous=pretrain)
+            if pretrain is None:
+                return None
+        if r.get("evaluate", "enabled"):  # on the last phase's model and held-out examples
+            _plan_evaluate(ctx, by_phase[-1], pretrain, single=task in tasks, firsts=firsts)
     finetune = None
     if ft_task is not None:
         finetune = plan_finetune(ctx, ft_task, vocab, pretrain, accel)
@@ -99,10 +114,12 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
                 accelerator=_accelerator(ctx, accel), launch=launch)
 
 
-def _plan_evaluate(ctx: PlanContext, pres: list, pretrain, single: bool) -> None:
-    """Evaluates on the held-out split of every task that has one; warns for the others."""
-    held = [pre for pre in pres if has_validation(pre)]
-    for pre in pres:
+def _plan_evaluate(ctx: PlanContext, pres: list, pretrain, single: bool, firsts: list) -> None:
+    """Evaluates on the held-out split of every task that has one; warns for the others.
+    ``pres``: the last phase's preprocess stages; ``firsts``: the first phase's, which read
+    the held-out data (a later phase's make their examples from them)."""
+    held = [pre for pre, first in zip(pres, firsts) if has_validation(first)]
+    for pre in firsts:
         if not has_validation(pre):
             t = pre.params["task"]
             seqio = "seqio_task" in pre.params or "tfds_name" in pre.params
@@ -164,15 +181,30 @@ def operative_config(resolver: Resolver, experiment: str, imports: Sequence[str]
 
 
 def _check_estimates(plan: Plan, resolver: Resolver, collector: ErrorCollector) -> None:
-    est = estimate(plan)
-    if est is None or not plan.accelerator:
+    """Warns when a pretraining phase would not fit the accelerator's memory."""
+    if not plan.accelerator:
         return
     limit = plan.accelerator["memory_gb_per_replica"]
-    if limit and est.memory_gb_per_replica > limit:
-        collector.warn(f"pretraining needs about {est.memory_gb_per_replica:.1f} GB per replica; "
+    pretrains = [s for s in plan.stages if s.kind == "pretrain"]
+    phased = len(pretrains) > 1
+    for stage in pretrains:
+        est = estimate(plan, stage.id)
+        if est is None or not limit or est.memory_gb_per_replica <= limit:
+            continue
+        if not phased:
+            collector.warn(f"pretraining needs about {est.memory_gb_per_replica:.1f} GB per "
+                           f"replica; {plan.accelerator['name']} has {limit:g} GB",
+                           resolver.provenance("train", "batch_size").location,
+                           hint="lower BATCH_SIZE or MAX_SEQ_LENGTH, or choose a larger "
+                                "accelerator")
+            continue
+        collector.warn(f"pretraining phase {stage.id} needs about "
+                       f"{est.memory_gb_per_replica:.1f} GB per replica; "
                        f"{plan.accelerator['name']} has {limit:g} GB",
-                       resolver.provenance("train", "batch_size").location,
-                       hint="lower BATCH_SIZE or MAX_SEQ_LENGTH, or choose a larger accelerator")
+                       resolver.provenance("train", "phases").location,
+                       hint="raise the phase's 'grad_accum_steps' (same update, less memory), "
+                            "lower its 'batch_size' or 'max_seq_length', or choose a larger "
+                            "accelerator")
 
 
 def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),

@@ -6,9 +6,10 @@ import os
 from typing import Any, Sequence
 
 from runexp.compiler import wall_time
-from runexp.compiler.estimates import estimates
+from runexp.compiler.estimates import estimates, pretraining_total
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import RUN_TIME, Plan
+from runexp.compiler.stages.runner import runner_lines
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, SKIP, StageState
 from runexp.compiler.terminal import paint
 
@@ -130,11 +131,23 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
         lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
                      f"  (fingerprint {stage.fingerprint[:12]})")
         lines.append("")
-    for stage_id, est in estimates(plan).items():
+    ests = estimates(plan)
+    for stage_id, est in ests.items():
         lines.append(f"Estimates for {stage_id} (see compiler/estimates.py for how they are "
                      "made):")
         lines += [f"    {line}" for line in est.lines(plan.accelerator)]
         lines += [f"    {line}" for line in _budget_lines(plan, stage_id, est)]
+        lines.append("")
+    for stage in plan.stages:  # a preprocess stage's Beam runner (compiler/stages/runner.py)
+        runner = runner_lines(plan, stage) if stage.kind == "preprocess" else []
+        if runner:
+            lines.append(f"Runner of {stage.id}:")
+            lines += [f"    {line}" for line in runner]
+            lines.append("")
+    total = pretraining_total(plan, ests)
+    if total:
+        lines.append("Estimates for pretraining, every phase:")
+        lines += [f"    {line}" for line in total]
         lines.append("")
     if preflight:
         lines.append("Preflight (storage; see compiler/preflight.py):")

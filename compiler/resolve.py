@@ -66,7 +66,8 @@ def _show(value: Any) -> str:
 
 
 _TYPE_WORDS = {"int": "an integer", "float": "a number", "bool": "True or False",
-               "str": "a string", "str_list": "a string or a list of strings", "dict": "a dict"}
+               "str": "a string", "str_list": "a string or a list of strings", "dict": "a dict",
+               "dict_list": "a list of dicts"}
 
 # Marks a value whose error was already reported, so it is not reported twice.
 _FAILED = object()
@@ -219,6 +220,14 @@ class Resolver:
                     for k, v in value.items()}, location
         return value, location
 
+    def check_value(self, value: Any, spec: Param, label: str,
+                    location: Optional[Location]) -> Any:
+        """``value`` checked against ``spec`` (type, choices, bounds) as a binding is: the
+        value (an int made a float where a float is wanted), or None after reporting the
+        problem as ``label`` at ``location``. For values inside another binding's value (a
+        phase of train.phases)."""
+        return self._check_type(value, spec, label, location)
+
     def _check_type(self, value: Any, spec: Param, label: str,
                     location: Optional[Location]) -> Any:
         def bad(expected: str, hint: str = "") -> None:
@@ -262,6 +271,12 @@ class Resolver:
             if not isinstance(value, dict):
                 bad("a dict")
                 return None
+        elif t == "dict_list":
+            if not isinstance(value, (list, tuple)) or not all(isinstance(v, dict)
+                                                               for v in value):
+                bad("a list of dicts")
+                return None
+            value = [dict(v) for v in value]
         if spec.choices and value not in spec.choices:
             self.collector.error(f"{label} must be one of {', '.join(map(repr, spec.choices))}; "
                                  f"got {value!r}", location,

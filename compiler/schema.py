@@ -56,7 +56,12 @@ CONFIGURABLES: dict[str, Configurable] = {
         TrainSpec, "Pretraining.",
         task=Param("str", None, optional=True,
                    doc="name of the bert_pretraining_task or bert_pretraining_mixture to train "
-                       "on (None: fine-tune only)")),
+                       "on (None: fine-tune only)"),
+        phases=Param("dict_list", None, optional=True,
+                     doc="pretraining phases in order, each a dict of the settings it changes "
+                         "(compiler/specs/phases.py), e.g. [{'max_seq_length': 128, 'steps': "
+                         "90000}, {'max_seq_length': 512, 'max_predictions_per_seq': 80, "
+                         "'steps': 10000}]; None: one phase")),
     "evaluate": _configurable(EvaluateSpec, "Held-out MLM/NSP evaluation after pretraining.",
                               enabled=Param("bool", True, doc="run the evaluate stage")),
     "classification_task": _configurable(

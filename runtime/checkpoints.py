@@ -156,3 +156,24 @@ def restore_encoder(encoder, stage_dir: str) -> str:
     tf.train.Checkpoint(model=tf.train.Checkpoint(encoder=encoder)).restore(prefix) \
         .expect_partial().assert_existing_objects_matched()
     return prefix
+
+
+def start_from_previous_phase(model, optimizer, stage_dir: str, carry_optimizer: bool) -> str:
+    """Starts a pretraining phase from the previous phase's final checkpoint (the latest in
+    its stage dir ``stage_dir``); returns its prefix.
+
+    The model's weights (and its dropout generator) are restored. ``carry_optimizer``: the
+    optimizer's slots (Adam/LAMB moments, Amos' ``v``, ``b``) are restored too, and its step
+    set back to 0, so the phase's schedule and warmup start again (NVIDIA's PyTorch recipe);
+    otherwise the optimizer starts fresh (google-research/bert: its ``init_checkpoint``
+    restores trainable variables only). The data position is the phase's own (0) either way.
+    """
+    prefix = require_latest_checkpoint(stage_dir)
+    tracked = {"model": model}
+    if carry_optimizer:
+        tracked["optimizer"] = optimizer
+    tf.train.Checkpoint(**tracked).restore(prefix).expect_partial() \
+        .assert_existing_objects_matched()
+    if carry_optimizer:
+        optimizer.iterations.assign(0)
+    return prefix

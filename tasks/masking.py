@@ -10,7 +10,10 @@ becomes [MASK] with probability ``mask_token_prob``, a uniformly random vocab id
 token otherwise. Every chosen position gets loss weight 1 (the keep-original share included,
 unlike seqio/t5's "BERT-like" objectives).
 
-Word-level selection:
+Word-level selection (which pieces start a word: per id, the vocab's ``word_start`` table,
+a WordPiece ``##`` piece or a SentencePiece piece without "▁" continuing one; or per
+position, ``mask_batch``'s ``word_starts``: Chinese words of a word segmenter, whose 2nd..nth
+characters continue them too, tasks/chinese_words.py):
 
 - ``whole_word_masking``: candidate groups are words (a piece that does not start a word
   joins the piece just before it); groups are taken in random order while they fit in ``k``,
@@ -61,8 +64,10 @@ class MaskingConfig:
     word_start: Optional[Sequence[bool]] = dataclasses.field(default=None, compare=False)
 
     def to_json(self) -> dict:
-        """The fields of masking.json (records.write_masking) that say how to mask."""
-        return {**self.spec.to_params(), "vocab_size": self.vocab_size, "mask_id": self.mask_id,
+        """The fields of masking.json (records.write_masking) that say how to mask (not
+        ``word_segmenter``: the records' ``word_starts`` carry its words)."""
+        params = {k: v for k, v in self.spec.to_params().items() if k != "word_segmenter"}
+        return {**params, "vocab_size": self.vocab_size, "mask_id": self.mask_id,
                 "cls_id": self.cls_id, "sep_id": self.sep_id}
 
     @classmethod
@@ -101,16 +106,17 @@ def _choose_uniform(candidates: np.ndarray, k: np.ndarray, width: int,
     return np.where(np.arange(width)[None, :] < k[:, None], picked[:, :width], length)
 
 
-def _choose_whole_words(ids: np.ndarray, candidates: np.ndarray, k: np.ndarray, width: int,
-                        word_start: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _choose_whole_words(starts: np.ndarray, candidates: np.ndarray, k: np.ndarray, width: int,
+                        rng: np.random.Generator) -> np.ndarray:
     """Whole-word masking for a batch (as ``_select_words`` with ngram_max 1, vectorised):
     the words of each row in a uniformly random order, each taken when it still fits in
-    ``k``. Returns positions as ``_choose_uniform`` does."""
-    batch, length = ids.shape
+    ``k``. ``starts``: per position, whether its token starts a word (``mask_batch``).
+    Returns positions as ``_choose_uniform`` does."""
+    batch, length = candidates.shape
     rows = np.arange(batch)
     after_candidate = np.zeros_like(candidates)
     after_candidate[:, 1:] = candidates[:, :-1]
-    starts = candidates & (word_start[ids] | ~after_candidate)
+    starts = candidates & (starts | ~after_candidate)
     word = np.cumsum(starts, axis=1, dtype=np.int32) - 1   # word index of each position
     words = starts.sum(axis=1)
     flat = (rows[:, None] * length + word)[candidates]
@@ -136,13 +142,14 @@ def _choose_whole_words(ids: np.ndarray, candidates: np.ndarray, k: np.ndarray, 
     return picked[:, :width]
 
 
-def _word_groups(row_ids: np.ndarray, row_candidates: np.ndarray, row_segments: np.ndarray,
-                 word_start: np.ndarray) -> list[tuple[int, list[int]]]:
+def _word_groups(row_starts: np.ndarray, row_candidates: np.ndarray,
+                 row_segments: np.ndarray) -> list[tuple[int, list[int]]]:
     """(segment, positions) per word among the candidates, in order: a piece that does not
-    start a word joins the group of the position just before it."""
+    start a word (``row_starts``, per position) joins the group of the position just before
+    it."""
     groups: list[tuple[int, list[int]]] = []
     positions = np.flatnonzero(row_candidates).tolist()
-    starts = word_start[row_ids[positions]].tolist()
+    starts = row_starts[positions].tolist()
     segments = row_segments[positions].tolist()
     last = -2
     for j, pos in enumerate(positions):
@@ -196,7 +203,7 @@ def _select_words(groups: list[tuple[int, list[int]]], k: int, config: MaskingCo
 
 def mask_batch(ids: np.ndarray, lengths: np.ndarray, candidates: np.ndarray,
                segment_ids: np.ndarray, config: MaskingConfig, rng: np.random.Generator,
-               py_rng: Optional[random.Random] = None
+               py_rng: Optional[random.Random] = None, word_starts: Optional[np.ndarray] = None
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Chooses and replaces the masked positions of a batch of instances.
 
@@ -208,28 +215,32 @@ def mask_batch(ids: np.ndarray, lengths: np.ndarray, candidates: np.ndarray,
       config: the masking configuration.
       rng: numpy generator (selection and replacements).
       py_rng: Python generator for the word-level loop (default: seeded from ``rng``).
+      word_starts: [batch, max_seq_length] bool, whether each position's token starts a
+        word (word-level masking); default: ``config.word_start`` of its id. Given when
+        words are more than WordPiece pieces (Chinese words from a word segmenter:
+        tasks/chinese_words.py).
 
     Returns:
       (ids, positions [batch, max_predictions] ascending then 0-padded,
        labels [batch, max_predictions] original ids then 0, counts [batch]).
     """
     batch, length = ids.shape
-    if config.spec.word_level and config.word_start is None:
-        raise ValueError("whole_word_masking and ngram_max > 1 need the word_start table")
+    if config.spec.word_level and word_starts is None:
+        if config.word_start is None:
+            raise ValueError("whole_word_masking and ngram_max > 1 need the word_start table")
+        word_starts = np.asarray(config.word_start, dtype=bool)[ids]
     width = config.spec.max_predictions_per_seq
     k = num_to_predict(lengths, candidates.sum(axis=1), config)
     if not config.spec.word_level:
         chosen = _choose_uniform(candidates, k, width, rng)
     elif config.spec.ngram_max == 1:  # whole words
-        chosen = _choose_whole_words(ids, candidates, k, width,
-                                     np.asarray(config.word_start, dtype=bool), rng)
+        chosen = _choose_whole_words(word_starts, candidates, k, width, rng)
     else:
         if py_rng is None:
             py_rng = random.Random(int(rng.integers(1 << 62)))
-        word_start = np.asarray(config.word_start, dtype=bool)
         chosen = np.full((batch, width), length, dtype=np.int32)
         for r in range(batch):
-            groups = _word_groups(ids[r], candidates[r], segment_ids[r], word_start)
+            groups = _word_groups(word_starts[r], candidates[r], segment_ids[r])
             picked = _select_words(groups, int(k[r]), config, py_rng)
             chosen[r, :len(picked)] = picked
     valid = chosen < length

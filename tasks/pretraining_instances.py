@@ -101,6 +101,9 @@ class DocumentStore:
 
     ``sentence_starts[s]`` is the offset of sentence ``s`` (one extra entry at the end);
     ``doc_starts[d]`` is the first sentence of document ``d`` (one extra entry at the end).
+    ``continuation_bit`` (0: none): a bit set in the stored value of a token that continues
+    a segmented word (Chinese words, tasks/chinese_words.py); its id is the value without
+    it (``ids``).
     """
 
     def __init__(self):
@@ -108,10 +111,11 @@ class DocumentStore:
         self.sentence_starts = [0]
         self.doc_starts = [0]
         self._flat: np.ndarray | None = None
+        self.continuation_bit = 0
 
     @classmethod
     def from_arrays(cls, tokens: np.ndarray, sentence_starts: Sequence[int],
-                    doc_starts: Sequence[int]) -> "DocumentStore":
+                    doc_starts: Sequence[int], continuation_bit: int = 0) -> "DocumentStore":
         """A store over given arrays (not copied): tokens, sentence starts (offsets into
         tokens, with the end), document starts (sentence indices, with the end)."""
         store = cls()
@@ -119,6 +123,7 @@ class DocumentStore:
         store._flat = np.asarray(tokens)
         store.sentence_starts = sentence_starts
         store.doc_starts = doc_starts
+        store.continuation_bit = continuation_bit
         return store
 
     def _appendable(self) -> array.array:
@@ -176,26 +181,38 @@ class DocumentStore:
                 np.zeros(0, np.int32)
         return self._flat
 
+    def ids(self, tokens: np.ndarray | None = None) -> np.ndarray:
+        """Token ids of stored values (default: all of them), without the continuation
+        bit."""
+        tokens = self.tokens if tokens is None else tokens
+        return tokens & (self.continuation_bit - 1) if self.continuation_bit else tokens
+
     def document(self, d: int) -> list[list[int]]:
         s0, s1 = self.doc_starts[d], self.doc_starts[d + 1]
         st = self.sentence_starts
         tokens = self.tokens
-        return [tokens[st[s]:st[s + 1]].tolist() for s in range(s0, s1)]
+        return [self.ids(tokens[st[s]:st[s + 1]]).tolist() for s in range(s0, s1)]
 
 
 class TokenSource:
     """Where random next segments come from: the tokens of a whole split and its sentence
     starts (split-wide token offsets, with the end). This class reads them from arrays; the
-    preprocess stage's subclass reads them from its spill files (pretraining_shards)."""
+    preprocess stage's subclass reads them from its spill files (split_reader). Token
+    values carry the store's ``continuation_bit``, as the store's do."""
 
-    def __init__(self, tokens: np.ndarray, sentence_starts: np.ndarray):
+    continuation_bit = 0
+
+    def __init__(self, tokens: np.ndarray, sentence_starts: np.ndarray,
+                 continuation_bit: int = 0):
         self.tokens = tokens
         self.sentence_starts = sentence_starts
+        self.continuation_bit = continuation_bit
 
     @classmethod
     def of_store(cls, store: DocumentStore) -> "TokenSource":
         """A store's own documents as the source (the store is the whole split)."""
-        return cls(store.tokens, np.asarray(store.sentence_starts, np.int64))
+        return cls(store.tokens, np.asarray(store.sentence_starts, np.int64),
+                   store.continuation_bit)
 
     def offset_windows(self, first: np.ndarray, width: int) -> np.ndarray:
         """``sentence_starts[first + j]`` for j < width, per row ([n, width] int64; entries
@@ -432,14 +449,22 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
         at = np.clip(pos - la[rows_b] - 2, 0, width - 1)
         ids[rows_b] = np.where(candidates[rows_b] & seg_b[rows_b],
                                np.take_along_axis(window, at, axis=1), ids[rows_b])
+    starts = None  # per position, with segmented words: whether a word starts there
+    bit = store.continuation_bit
+    if bit:
+        continues = (ids & bit) != 0
+        ids &= bit - 1
+        if masking.word_start is not None:
+            starts = np.asarray(masking.word_start, dtype=bool)[ids] & ~continues
     ids[:, 0] = masking.cls_id
     ids[rows, la[:, 0] + 1] = masking.sep_id
     ids[rows, n[:, 0] - 1] = masking.sep_id
     input_mask = (pos < n).astype(np.int32)
     if config.dynamic_masking:
-        return _unmasked_features(ids, input_mask, segment_ids, candidates, p.label, masking)
+        return _unmasked_features(ids, input_mask, segment_ids, candidates, p.label, masking,
+                                  starts)
     ids, positions, labels, counts = mask_batch(ids, n[:, 0], candidates, segment_ids, masking,
-                                                rng, py_rng)
+                                                rng, py_rng, starts)
     weights = (np.arange(masking.spec.max_predictions_per_seq)[None, :] < counts[:, None])
     return {
         "input_ids": ids,
@@ -452,20 +477,24 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
     }
 
 
-def word_starts(ids: np.ndarray, candidates: np.ndarray, word_start: np.ndarray) -> np.ndarray:
+def word_starts(ids: np.ndarray, candidates: np.ndarray, word_start: np.ndarray,
+                starts: np.ndarray | None = None) -> np.ndarray:
     """Where a maskable word starts: masking.py's grouping rule (a piece that does not start a
-    word joins the piece before it, unless that one is not maskable, e.g. [SEP])."""
+    word joins the piece before it, unless that one is not maskable, e.g. [SEP]). Whether a
+    piece starts a word: ``starts`` per position when given (segmented words), else
+    ``word_start`` of its id."""
     after_candidate = np.zeros_like(candidates)
     after_candidate[:, 1:] = candidates[:, :-1]
-    return candidates & (word_start[ids] | ~after_candidate)
+    return candidates & ((word_start[ids] if starts is None else starts) | ~after_candidate)
 
 
 def _unmasked_features(ids, input_mask, segment_ids, candidates, label,
-                       masking: MaskingConfig) -> dict[str, np.ndarray]:
+                       masking: MaskingConfig, starts: np.ndarray | None = None
+                       ) -> dict[str, np.ndarray]:
     """An instance left for masking at training time: the layout of a masked one with
-    empty predictions, plus ``word_starts`` (records.py)."""
+    empty predictions, plus ``word_starts`` (records.py; ``starts``: as ``word_starts``)."""
     batch, width = len(ids), masking.spec.max_predictions_per_seq
-    starts = word_starts(ids, candidates, np.asarray(masking.word_start, dtype=bool))
+    starts = word_starts(ids, candidates, np.asarray(masking.word_start, dtype=bool), starts)
     return {
         "input_ids": ids,
         "input_mask": input_mask,

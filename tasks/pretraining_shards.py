@@ -20,9 +20,14 @@ Both the preprocess stage (parallel, to TFRecords) and the seqio task's uncached
 (sequential, to feature dicts; the index built in-process, from one range) build shards
 here, so both give the same examples.
 
+A later pretraining phase makes its examples from the first phase's splits: that stage
+keeps their indexes (``plan_shard_jobs(..., index_dir=...)``), the later one builds its
+shards from them (``plan_prebuilt_shard_jobs``) and reads no corpus byte.
+
 Usage:
     config = PretrainingConfig.from_params(stage.params)
     jobs = plan_shard_jobs({"train": files}, vocab_dir, config, num_shards, work_dir)
+    jobs = plan_prebuilt_shard_jobs(index_root, vocab_dir, config, num_shards, work_dir)
     for split, shard, stats in run_shard_jobs(jobs, pool.imap_unordered): ...
     summary.update(summary_fields(totals))  # input_bytes, input_bytes_read
     for batch in iter_shard_batches(files, vocab_dir, config, "train", 0, 4, ShardStats()):
@@ -143,8 +148,8 @@ def shard_documents(files: Sequence[str], vocab_dir: str, split: str, shard: int
 
 def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: PretrainingConfig,
                        split: str, shard: int, num_shards: int, stats: ShardStats,
-                       batch_size: int = BATCH_SIZE, index_dir: str | None = None
-                       ) -> Iterator[dict[str, np.ndarray]]:
+                       batch_size: int = BATCH_SIZE, index_dir: str | None = None,
+                       count_reads: bool = True) -> Iterator[dict[str, np.ndarray]]:
     """The shard's instances in their final order, as batches of padded feature arrays.
 
     Args:
@@ -155,14 +160,17 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
       shard, num_shards: which shard.
       stats: counts, filled in as the shard is read and built.
       index_dir: the split's index (run_shard_jobs); None: built here, once per process.
+      count_reads: the bytes read to build the index count in ``stats`` (False: an index an
+        earlier stage built and paid for).
     """
     tokenizer = cached_tokenizer(vocab_dir)
     index = open_index(index_dir) if index_dir else local_index(
-        files, vocab_dir, config.source.format, config.source.text_field)
+        files, vocab_dir, config.source.format, config.source.text_field,
+        config.masking.word_segmenter)
     if shard == 0:  # the split's input counts, once
         stats.issues.add(index.issues())
         stats.input_bytes += index.meta["input_bytes"]
-    if index_dir and shard == 0 or not index_dir and index.read_here:
+    if count_reads and (index_dir and shard == 0 or not index_dir and index.read_here):
         # The bytes read for the index: once (run_shard_jobs), or by each process that
         # built a local index.
         stats.input_bytes_read += index.meta["input_bytes_read"]
@@ -172,7 +180,7 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
     stats.documents += store.num_documents
     stats.sentences += store.num_sentences
     stats.document_tokens += store.num_tokens
-    stats.unk_tokens += int(np.count_nonzero(store.tokens == tokenizer.unk_id))
+    stats.unk_tokens += int(np.count_nonzero(store.ids() == tokenizer.unk_id))
     if not store.num_documents:
         return
     instance_config = config.instance_config(tokenizer, split)
@@ -209,6 +217,9 @@ class ShardJob:
 
     ``index_dir``: the split's index, built by run_shard_jobs before the shards; None: each
     worker process builds the index itself (reads the whole split: for small data only).
+    ``keep_index``: run_shard_jobs leaves the index in place (a later phase reads it);
+    ``prebuilt``: an earlier stage built the index (run_shard_jobs neither builds nor deletes
+    it, and its reads are not counted).
     """
     files: tuple[str, ...]
     vocab_dir: str
@@ -218,6 +229,8 @@ class ShardJob:
     num_shards: int
     out_path: str
     index_dir: str | None = None
+    keep_index: bool = False
+    prebuilt: bool = False
 
 
 def write_shard(job: ShardJob) -> tuple[str, int, ShardStats]:
@@ -227,30 +240,54 @@ def write_shard(job: ShardJob) -> tuple[str, int, ShardStats]:
     with TFRecordWriter(job.out_path) as writer:
         for batch in iter_shard_batches(job.files, job.vocab_dir, job.config, job.split,
                                         job.shard, job.num_shards, stats,
-                                        index_dir=job.index_dir):
+                                        index_dir=job.index_dir,
+                                        count_reads=not job.prebuilt):
             writer.write_batch(*encode_instance_batch(batch))
     return job.split, job.shard, stats
 
 
 def plan_shard_jobs(files_by_split: Mapping[str, Sequence[str]], vocab_dir: str,
                     config: PretrainingConfig, num_shards: int, out_dir: str,
-                    spill_dir: str | None = None) -> list[ShardJob]:
+                    spill_dir: str | None = None, index_dir: str | None = None
+                    ) -> list[ShardJob]:
     """The shard jobs of a preprocess stage (run them with run_shard_jobs): every split with
     files, ``num_shards`` shards each, written to ``out_dir`` (records.shard_path). The
     splits' indexes (about half a byte per byte of text: tokens, sentence offsets) live in
     ``<spill_dir>/<split>`` while the jobs run; default spill_dir: ``out_dir/.preprocess-
-    spill``. Both are deleted by run_shard_jobs."""
+    spill``. Both are deleted by run_shard_jobs; with ``index_dir`` the indexes are built in
+    ``<index_dir>/<split>`` instead, and kept (``plan_prebuilt_shard_jobs`` reads them)."""
     from runexp.tasks.records import shard_path
     spill_dir = spill_dir or os.path.join(out_dir, SPILL_DIR)
     jobs = []
     for split, files in files_by_split.items():
         if not files:
             continue
-        index_dir = os.path.join(spill_dir, split)
+        split_index = os.path.join(index_dir or spill_dir, split)
         for shard in range(num_shards):
             jobs.append(ShardJob(tuple(files), vocab_dir, config, split, shard, num_shards,
-                                 shard_path(out_dir, split, shard, num_shards), index_dir))
+                                 shard_path(out_dir, split, shard, num_shards), split_index,
+                                 keep_index=index_dir is not None))
     return jobs
+
+
+def prebuilt_splits(index_root: str) -> list[str]:
+    """The splits whose index an earlier stage kept in ``<index_root>/<split>``."""
+    if not os.path.isdir(index_root):
+        return []
+    return sorted(name for name in os.listdir(index_root)
+                  if os.path.isfile(os.path.join(index_root, name, "meta.json")))
+
+
+def plan_prebuilt_shard_jobs(index_root: str, vocab_dir: str, config: PretrainingConfig,
+                             num_shards: int, out_dir: str) -> list[ShardJob]:
+    """The shard jobs of a later pretraining phase: every split indexed in ``index_root``
+    (an earlier stage's kept indexes), ``num_shards`` shards each, written to ``out_dir``.
+    No corpus file is read: the documents are the index's tokens."""
+    from runexp.tasks.records import shard_path
+    return [ShardJob((), vocab_dir, config, split, shard, num_shards,
+                     shard_path(out_dir, split, shard, num_shards),
+                     os.path.join(index_root, split), prebuilt=True)
+            for split in prebuilt_splits(index_root) for shard in range(num_shards)]
 
 
 def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
@@ -261,7 +298,8 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
     Phase 1 cuts each split's files into ``num_shards`` byte ranges and tokenises each once
     (``tokenize_range``, in parallel); the parent then joins them into the split's index
     (``build_split_index``); phase 2 builds the shards (``write_shard``, in parallel). The
-    index directories are deleted at the end.
+    index directories are deleted at the end, but those of jobs that keep them; the jobs of
+    a prebuilt index skip phase 1.
 
     Args:
       jobs: from plan_shard_jobs (jobs without an index_dir just run write_shard).
@@ -270,7 +308,7 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
     """
     splits: dict[str, ShardJob] = {}
     for job in jobs:
-        if job.index_dir:
+        if job.index_dir and not job.prebuilt:
             splits.setdefault(job.index_dir, job)
     range_jobs: list[RangeJob] = []
     for index_dir, job in splits.items():
@@ -279,7 +317,8 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
         sizes = [os.path.getsize(p) for p in job.files]
         for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
             range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
-                                       job.config.source.format, job.config.source.text_field))
+                                       job.config.source.format, job.config.source.text_field,
+                                       job.config.masking.word_segmenter))
     try:
         results: dict[str, list[RangeResult]] = {d: [] for d in splits}
         done = 0
@@ -295,7 +334,9 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
                               results[index_dir], cached_tokenizer(job.vocab_dir).vocab_size)
         yield from imap(write_shard, jobs)
     finally:
-        for index_dir in splits:
+        for index_dir, job in splits.items():
+            if job.keep_index:
+                continue
             shutil.rmtree(index_dir, ignore_errors=True)
             try:
                 os.rmdir(os.path.dirname(index_dir))

@@ -305,8 +305,12 @@ def register_pretraining_from_plan(plan, output_root: Optional[str] = None) -> l
     names = []
     for stage in plan.stages:
         if stage.kind == "preprocess":
+            # Pretraining in phases: a task's later phase comes later in the plan and
+            # replaces the earlier registration (its cache, its length).
             root = rebase(stage.output_dir)
-            names.append(register_pretraining_task_from_stage(stage, root, rebase).name)
+            name = register_pretraining_task_from_stage(stage, root, rebase).name
+            if name not in names:
+                names.append(name)
     for stage in plan.stages:
         if stage.kind == "pretrain" and stage.params.get("mixture"):
             register_pretraining_mixture(stage.params["mixture"], stage.params["mixture_rates"])

@@ -6,9 +6,11 @@ spill (token ids, 2 bytes each for vocabs up to 65,536 ids, and sentence lengths
 every byte it reads. A line is a sentence (``sentence_lines``, the hot path), or the
 range's lines are made sentences by their format (tasks/text_formats.py: ``paragraphs``
 reads on past the range's end to the next sentence end, ``jsonl`` makes every line a
-document). ``build_split_index`` joins the ranges into the split's index: documents
-stitched across range ends, and blocks of documents of ~1/4096 of the split (at most 2^18
-tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
+document). With a word segmenter (``word_segmenter``: Chinese words, tasks/chinese_words.py)
+a token that continues a segmented word is stored with ``continuation_bit`` set (the spill's
+dtype leaves room for it). ``build_split_index`` joins the ranges into the split's index:
+documents stitched across range ends, and blocks of documents of ~1/4096 of the split (at
+most 2^18 tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
 (largest first, to the shard with the fewest tokens). tasks/split_reader.py reads the index
 back (``SplitIndex``).
 
@@ -27,6 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
+from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks.text_files import InputIssues, ReadCounter, _fix_line, iter_segment_lines
 from runexp.tasks.text_formats import SegmentText, check_format
@@ -45,8 +48,17 @@ def block_seed(seed: int, split: str, block: int) -> int:
 SPILL_DIR = ".preprocess-spill"
 
 
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.int32)
+def token_dtype(vocab_size: int, flagged: bool = False) -> np.dtype:
+    """The spill's token dtype: 2 bytes while the ids (and, ``flagged``, the continuation
+    bit) fit."""
+    return np.dtype(np.uint16) if vocab_size <= (1 << 15 if flagged else 1 << 16) \
+        else np.dtype(np.int32)
+
+
+def continuation_bit(dtype: np.dtype) -> int:
+    """The bit marking a token that continues a segmented word, in a flagged spill of
+    ``dtype`` (above every id: token_dtype)."""
+    return 1 << 15 if np.dtype(dtype) == np.uint16 else 1 << 30
 
 
 def plan_ranges(sizes: Sequence[int], num_ranges: int) -> list[tuple[tuple[int, int, int], ...]]:
@@ -75,7 +87,8 @@ def plan_ranges(sizes: Sequence[int], num_ranges: int) -> list[tuple[tuple[int, 
 @dataclasses.dataclass(frozen=True)
 class RangeJob:
     """Phase 1: tokenise the lines starting in one byte range of a split's files, read in
-    ``text_format`` (a text format of compiler/specs/source.py; ``text_field``: jsonl's)."""
+    ``text_format`` (a text format of compiler/specs/source.py; ``text_field``: jsonl's);
+    ``word_segmenter`` (MaskingSpec's): mark the tokens that continue a segmented word."""
     files: tuple[str, ...]
     vocab_dir: str
     index_dir: str
@@ -83,6 +96,7 @@ class RangeJob:
     segments: tuple[tuple[int, int, int], ...]
     text_format: str = SourceSpec.format
     text_field: str = SourceSpec.text_field
+    word_segmenter: str = MaskingSpec.word_segmenter
 
 
 @dataclasses.dataclass
@@ -115,10 +129,18 @@ def tokenize_range(job: RangeJob) -> RangeResult:
     ids per sentence) and ``range-k.fragments.npy``."""
     check_format(job.text_format)
     tokenizer = cached_tokenizer(job.vocab_dir)
-    dtype = token_dtype(tokenizer.vocab_size)
+    dtype = token_dtype(tokenizer.vocab_size, bool(job.word_segmenter))
     counter = ReadCounter()
     issues = InputIssues.for_format(job.text_format)
     by_line = job.text_format == "sentence_lines"
+    words = None
+    line_at: list[tuple[str, int]] = []  # with a segmenter: each line's (file, line)
+    if job.word_segmenter:
+        from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
+        words = word_segmenter(job.word_segmenter, tokenizer)
+        bit = continuation_bit(dtype)
+        issues.counts.setdefault(UNSEGMENTED, 0)
+        issues.samples.setdefault(UNSEGMENTED, [])
     frag_sentences: list[int] = []
     frag_tokens: list[int] = []
     frag_segment: list[int] = []
@@ -138,6 +160,12 @@ def tokenize_range(job: RangeJob) -> RangeResult:
             if not lines:
                 return
             ids, counts = tokenizer.encode_lines(lines)
+            if words is not None:
+                continues, unsegmented = words.continuations(lines, ids, counts)
+                ids = ids | (continues.astype(np.int32) * bit)
+                for i in unsegmented:
+                    issues.note(UNSEGMENTED, *line_at[i])
+                line_at.clear()
             tokens_out.write(ids.astype(dtype, copy=False).tobytes())
             kept = counts > 0
             lengths_out.write(counts[kept].astype(np.int32).tobytes())
@@ -176,6 +204,9 @@ def tokenize_range(job: RangeJob) -> RangeResult:
                     if sentences:
                         lines.extend(sentences)
                         line_frag.extend([len(frag_sentences) - 1] * len(sentences))
+                        if words is not None:
+                            at = k if k is not None else max(reader.lines - 1, 0)
+                            line_at.extend([(path, at)] * len(sentences))
                         if len(lines) >= _LINES_PER_CALL:
                             flush()
                     if doc_break:
@@ -214,6 +245,8 @@ def tokenize_range(job: RangeJob) -> RangeResult:
                 broken = False
                 lines.append(line)
                 line_frag.append(len(frag_sentences) - 1)
+                if words is not None:
+                    line_at.append((path, k))
                 if len(lines) >= _LINES_PER_CALL:
                     flush()
             segment_lines.append(owned)
@@ -257,7 +290,8 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
       tokens per block. A block is a run of documents of about ``total / BLOCKS_PER_SPLIT``
       tokens (at most MAX_BLOCK_TOKENS): the unit of shard assignment and of instance seeds,
       set by the text alone;
-    - ``meta.json``: counts, bad input (file line numbers), input bytes and bytes read.
+    - ``meta.json``: counts, bad input (file line numbers), input bytes and bytes read;
+      with a word segmenter, the ``continuation_bit`` of the tokens.
 
     The range files are deleted. Returns the meta.
     """
@@ -354,12 +388,15 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
     np.save(os.path.join(index_dir, "blocks.npy"), blocks.astype(np.int64))
     np.save(os.path.join(index_dir, "block_tokens.npy"),
             np.diff(doc_token_starts[blocks]).astype(np.int64))
-    meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size).str,
+    flagged = bool(jobs[0].word_segmenter)
+    meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size, flagged).str,
             "documents": int(kept.sum()), "sentences": int(doc_starts[-1]),
             "tokens": total_tokens, "input_bytes": sum(os.path.getsize(p) for p in files),
             "input_bytes_read": sum(r.bytes_read for r in results),
             "issues": {"counts": issues.counts,
                        "samples": {k: [list(s) for s in v] for k, v in issues.samples.items()}}}
+    if flagged:  # tokens continuing a segmented word have this bit set
+        meta["continuation_bit"] = continuation_bit(token_dtype(vocab_size, flagged))
     with open(os.path.join(index_dir, "meta.json"), "w") as f:
         json.dump(meta, f)
     return meta

@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks.pretraining_instances import DocumentStore, TokenSource
 from runexp.tasks.split_index import (RangeJob, assign_blocks, block_seed, build_split_index,
@@ -37,9 +38,11 @@ class SpillSource(TokenSource):
     each random window, and a worker's resident memory would grow towards the spill's size.)
     """
 
-    def __init__(self, tokens_fd: int, offsets_fd: int, dtype: np.dtype):
+    def __init__(self, tokens_fd: int, offsets_fd: int, dtype: np.dtype,
+                 continuation_bit: int = 0):
         self._fds = (tokens_fd, offsets_fd)
         self._dtype = dtype
+        self.continuation_bit = continuation_bit
 
     @staticmethod
     def _windows(fd: int, dtype: np.dtype, start: np.ndarray, width: int) -> np.ndarray:
@@ -69,6 +72,8 @@ class SplitIndex:
         self.blocks = np.load(os.path.join(index_dir, "blocks.npy"))
         self.block_tokens = np.load(os.path.join(index_dir, "block_tokens.npy"))
         self.dtype = np.dtype(self.meta["dtype"])
+        # Set in tokens that continue a segmented word (a word segmenter's index), else 0.
+        self.continuation_bit = int(self.meta.get("continuation_bit", 0))
         # Kept open: the local index deletes its directory at once.
         self._files = [open(os.path.join(index_dir, name), "rb")
                        for name in ("tokens.bin", "offsets.bin")]
@@ -76,7 +81,8 @@ class SplitIndex:
         self.read_here = False
 
     def source(self) -> SpillSource:
-        return SpillSource(self._files[0].fileno(), self._files[1].fileno(), self.dtype)
+        return SpillSource(self._files[0].fileno(), self._files[1].fileno(), self.dtype,
+                           self.continuation_bit)
 
     @property
     def split_doc_starts(self) -> array.array:
@@ -113,7 +119,8 @@ class SplitIndex:
             plan_blocks.append((block_seed(seed, split, b), first_doc, first_doc + d1 - d0, d0))
             tokens_so_far += t1 - t0
         tokens = np.concatenate(parts) if parts else np.zeros(0, self.dtype)
-        return DocumentStore.from_arrays(tokens, sentence_starts, doc_starts), plan_blocks
+        return DocumentStore.from_arrays(tokens, sentence_starts, doc_starts,
+                                         self.continuation_bit), plan_blocks
 
 
 _INDEXES: "collections.OrderedDict[tuple, SplitIndex]" = collections.OrderedDict()
@@ -139,22 +146,25 @@ def _cached(key, make) -> SplitIndex:
 
 
 def local_index(files: Sequence[str], vocab_dir: str, text_format: str = SourceSpec.format,
-                text_field: str = SourceSpec.text_field) -> SplitIndex:
-    """The index of ``files`` (read in ``text_format``), built in this process (one range)
-    in a temporary directory that is deleted at once (its open files keep the data); cached
-    per process."""
+                text_field: str = SourceSpec.text_field,
+                word_segmenter: str = MaskingSpec.word_segmenter) -> SplitIndex:
+    """The index of ``files`` (read in ``text_format``; words marked by ``word_segmenter``),
+    built in this process (one range) in a temporary directory that is deleted at once (its
+    open files keep the data); cached per process."""
     stamps = []
     for path in files:
         st = os.stat(path)
         stamps.append((path, st.st_size, st.st_mtime_ns))
     tokenizer = cached_tokenizer(vocab_dir)
-    key = ("local", tuple(stamps), vocab_dir, id(tokenizer), text_format, text_field)
+    key = ("local", tuple(stamps), vocab_dir, id(tokenizer), text_format, text_field,
+           word_segmenter)
 
     def make() -> SplitIndex:
         tmp = tempfile.mkdtemp(prefix="runexp-index-")
         try:
             segments = tuple((f, 0, size) for f, (_, size, _) in enumerate(stamps))
-            job = RangeJob(tuple(files), vocab_dir, tmp, 0, segments, text_format, text_field)
+            job = RangeJob(tuple(files), vocab_dir, tmp, 0, segments, text_format, text_field,
+                           word_segmenter)
             build_split_index([job], [tokenize_range(job)], tokenizer.vocab_size)
             return SplitIndex(tmp)
         finally:

@@ -15,6 +15,8 @@ means and what to do):
 - ``jsonl`` only (``JSONL_ISSUE_KINDS``), each line skipped: ``invalid_json_lines`` (not a
   JSON object), ``missing_text_lines`` (no string in the text field), ``empty_text_lines``
   (only whitespace there).
+- with a word segmenter (tasks/chinese_words.py): ``unsegmented_lines``, lines whose
+  segmented words could not be lined up with their tokens (kept, with character masking).
 
 The four kinds of every format are always in a summary; a format's own kinds are there when
 its reader counted (``InputIssues.for_format``), so sentence_lines summaries are as before.
@@ -66,6 +68,9 @@ ISSUE_MEANINGS = {
                           "as meta.body for a nested one)",
     "empty_text_lines": "jsonl objects whose text is empty were skipped; leave them out "
                         "when writing the files if that is expected",
+    # With a word segmenter (tasks/chinese_words.py), counted from zero.
+    "unsegmented_lines": "lines whose segmented Chinese words could not be lined up with "
+                         "BERT's characters keep character masking; please report one",
 }
 
 

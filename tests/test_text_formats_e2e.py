@@ -3,7 +3,6 @@ text field, the vocab and preprocess stages run on its text (bad lines counted, 
 fatal), and changing the format rebuilds both."""
 
 import json
-import os
 import random
 import subprocess
 import sys

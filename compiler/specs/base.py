@@ -35,7 +35,7 @@ class Param:
     """One gin parameter, as the compiler validates it.
 
     Attributes:
-      type: one of "int", "float", "bool", "str", "str_list", "dict".
+      type: one of "int", "float", "bool", "str", "str_list", "dict", "dict_list".
       default: value when unbound (REQUIRED: must be bound).
       optional: None is allowed.
       choices: allowed values, for enums.
@@ -55,7 +55,7 @@ class Param:
 
 def setting(default: Any, doc: str, *, gin: Optional[str] = "", minimum: Optional[float] = None,
             maximum: Optional[float] = None, choices: tuple = (), mixture: str = "",
-            planned: bool = True) -> Any:
+            planned: bool = True, phase: bool = False) -> Any:
     """A spec field.
 
     Args:
@@ -69,9 +69,11 @@ def setting(default: Any, doc: str, *, gin: Optional[str] = "", minimum: Optiona
       mixture: "same" when every task of a mixture must agree on it; "same_if_dynamic" when
         they must agree if they mask at training time. The text after ":" says why.
       planned: False for values the runtime adds (never in a plan or a fingerprint).
+      phase: a pretraining phase may set it (`train.phases`, compiler/specs/phases.py): the
+        phase's key is the gin parameter's name.
     """
     meta = {"doc": doc, "gin": gin, "minimum": minimum, "maximum": maximum,
-            "choices": tuple(choices), "mixture": mixture, "planned": planned}
+            "choices": tuple(choices), "mixture": mixture, "planned": planned, "phase": phase}
     if isinstance(default, (list, dict, set)):
         raise TypeError("spec defaults are immutable: give a tuple")
     return dataclasses.field(default=default, metadata=meta)
@@ -107,6 +109,7 @@ class Setting:
     param: Param         # type, bounds, default, doc
     mixture: str
     planned: bool
+    phase: bool = False
 
     @property
     def settable(self) -> bool:
@@ -136,7 +139,7 @@ class Spec:
             gin = f.name if meta["gin"] == "" else meta["gin"]
             yield Setting(f.name, gin, Param(kind, default, optional, meta["choices"],
                                              meta["minimum"], meta["maximum"], meta["doc"]),
-                          meta["mixture"], meta["planned"])
+                          meta["mixture"], meta["planned"], meta["phase"])
 
     @classmethod
     def param_names(cls, planned_only: bool = True) -> list[str]:
@@ -146,6 +149,11 @@ class Spec:
     def choices(cls, name: str) -> tuple:
         """The allowed values of the setting ``name``."""
         return next(s.param.choices for s in cls.settings() if s.name == name)
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of the setting ``name``."""
+        return next(s.param.default for s in cls.settings() if s.name == name)
 
     @classmethod
     def gin_params(cls) -> dict[str, Param]:

@@ -11,13 +11,25 @@ import sys
 
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.specs.base import REQUIRED
+from runexp.compiler.specs.phases import PHASE_SETTINGS
 
 BEGIN = "<!-- params:{kind} (made by: python -m runexp.compiler.specs.docs) -->"
 END = "<!-- /params -->"
+PHASES = "phases"  # the table of what a pretraining phase may set (train.phases)
 
 
 def _value(value) -> str:
     return "required" if value is REQUIRED else f"`{value!r}`"
+
+
+def _type_and_bounds(p) -> tuple[str, str]:
+    kind_text = p.type + (" or None" if p.optional else "")
+    if p.choices:
+        kind_text = " \\| ".join(repr(c) for c in p.choices)
+    bounds = ", ".join(b for b in (
+        f"≥ {p.minimum:g}" if p.minimum is not None else "",
+        f"≤ {p.maximum:g}" if p.maximum is not None else "") if b)
+    return kind_text, bounds
 
 
 def params_table(kind: str) -> str:
@@ -26,12 +38,7 @@ def params_table(kind: str) -> str:
     rows = ["| param | type | default | set by | what |", "| --- | --- | --- | --- | --- |"]
     for s in spec.settings():
         p = s.param
-        kind_text = p.type + (" or None" if p.optional else "")
-        if p.choices:
-            kind_text = " \\| ".join(repr(c) for c in p.choices)
-        bounds = ", ".join(b for b in (
-            f"≥ {p.minimum:g}" if p.minimum is not None else "",
-            f"≤ {p.maximum:g}" if p.maximum is not None else "") if b)
+        kind_text, bounds = _type_and_bounds(p)
         if s.gin is None:
             source = "derived"
         elif not s.planned:
@@ -40,18 +47,35 @@ def params_table(kind: str) -> str:
             source = f"`{s.gin}`"
         else:
             source = f"`{configurable}.{s.gin}`"
+        if s.phase:
+            source += f", a phase's `'{s.gin}'`"
         doc = p.doc + (f" ({bounds})" if bounds else "")
         rows.append(f"| `{s.name}` | {kind_text} | {_value(p.default)} | {source} | {doc} |")
     return "\n".join(rows)
 
 
+def phases_table() -> str:
+    """A markdown table of what a pretraining phase may set: key, the stage param it sets,
+    type, the value when the phase leaves it out, doc."""
+    rows = ["| key | sets | type | when left out | what |", "| --- | --- | --- | --- | --- |"]
+    for key, (kind, s) in PHASE_SETTINGS.items():
+        kind_text, bounds = _type_and_bounds(s.param)
+        unset = f"`{KINDS[kind].configurable}.{s.gin}`"
+        doc = s.param.doc + (f" ({bounds})" if bounds else "")
+        rows.append(f"| `'{key}'` | {kind} `{s.name}` | {kind_text} | {unset} | {doc} |")
+    return "\n".join(rows)
+
+
 def refresh(text: str) -> str:
     """``text`` with every generated table replaced by the current one."""
-    for kind in KINDS:
+    for kind in [*KINDS, PHASES]:
+        if kind == PHASES:
+            table = phases_table()
+        else:
+            table = params_table(kind)
         pattern = re.compile(re.escape(BEGIN.format(kind=kind)) + r"\n.*?" + re.escape(END),
                              re.S)
-        text = pattern.sub(lambda _: f"{BEGIN.format(kind=kind)}\n{params_table(kind)}\n{END}",
-                           text)
+        text = pattern.sub(lambda _: f"{BEGIN.format(kind=kind)}\n{table}\n{END}", text)
     return text
 
 
@@ -67,6 +91,7 @@ def main(argv=None) -> int:
         return 0
     for kind in KINDS:
         print(f"## {kind}\n\n{params_table(kind)}\n")
+    print(f"## {PHASES} (train.phases)\n\n{phases_table()}\n")
     return 0
 
 

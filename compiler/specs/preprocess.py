@@ -8,9 +8,15 @@ from __future__ import annotations
 import dataclasses
 
 from runexp.compiler.specs.base import Spec, nested, setting
+from runexp.compiler.specs.runner import RunnerSpec
 from runexp.compiler.specs.source import SourceSpec
 
 _ONE_MODEL = "same: one model reads every task's examples"
+
+# In a preprocess stage with keep_split_index: the tokenised splits (tasks/split_index.py),
+# <stage dir>/split_index/<split>/, which a later pretraining phase's preprocess stage reads
+# (its input split_index_dir).
+SPLIT_INDEX_DIR = "split_index"
 _AT_ONCE = "same_if_dynamic: a batch of examples masked at training time is masked at once"
 
 
@@ -19,7 +25,7 @@ class MaskingSpec(Spec):
     """Which positions are predicted and what they are replaced with (BERT's 80/10/10)."""
 
     max_predictions_per_seq: int = setting(20, "masked positions per example", minimum=1,
-                                           mixture=_ONE_MODEL)
+                                           mixture=_ONE_MODEL, phase=True)
     masked_lm_prob: float = setting(0.15, "share of tokens masked", minimum=0.0, maximum=1.0,
                                     mixture=_AT_ONCE)
     mask_token_prob: float = setting(0.8, "of masked positions, share replaced by [MASK]",
@@ -29,11 +35,19 @@ class MaskingSpec(Spec):
     whole_word_masking: bool = setting(False, "mask whole words", mixture=_AT_ONCE)
     ngram_max: int = setting(1, "mask whole-word n-grams up to this length (p ~ 1/n); 1: single "
                                 "words", minimum=1)
+    word_segmenter: str = setting("", "what a whole word is: '' a WordPiece word (## pieces "
+                                      "join the piece before); 'jieba' also a Chinese word "
+                                      "jieba finds (its characters are masked together, as "
+                                      "Chinese-BERT-wwm; WordPiece vocabs)",
+                                  choices=("", "jieba"))
 
     def __post_init__(self):
         if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
             raise ValueError("MaskingSpec: mask_token_prob + random_token_prob must be at most 1, "
                              f"got {self.mask_token_prob} + {self.random_token_prob}")
+        if self.word_segmenter and not self.word_level:
+            raise ValueError("MaskingSpec: word_segmenter finds the words of whole-word masking: "
+                             "set whole_word_masking = True (or ngram_max > 1)")
 
     @property
     def word_level(self) -> bool:
@@ -47,7 +61,8 @@ class PreprocessSpec(Spec):
 
     task: str = setting("", "the task's name (its gin scope)", gin=None)
     source: SourceSpec = nested(SourceSpec, "where the documents or examples come from")
-    max_seq_length: int = setting(128, "tokens per example", minimum=8, mixture=_ONE_MODEL)
+    max_seq_length: int = setting(128, "tokens per example", minimum=8, mixture=_ONE_MODEL,
+                                  phase=True)
     masking: MaskingSpec = nested(MaskingSpec, "which positions are predicted, and how")
     dupe_factor: int = setting(5, "static masks per instance (times each document is used)",
                                minimum=1)
@@ -64,8 +79,14 @@ class PreprocessSpec(Spec):
     num_shards: int = setting(0, "output shards per split (0: chosen from the corpus size)",
                               minimum=0)
     num_workers: int = setting(0, "worker processes (0: one per core)", minimum=0)
+    execution: RunnerSpec = nested(RunnerSpec, "where the shards are built: local worker "
+                                               "processes or Apache Beam (not in the "
+                                               "fingerprint: the records are the same)")
     do_lower_case: bool = setting(True, "lower-case before tokenising (the vocab's setting)",
                                   gin=None)
+    keep_split_index: bool = setting(False, "keep the tokenised splits in split_index/: a "
+                                            "later pretraining phase makes its examples from "
+                                            "them", gin=None)
 
     def __post_init__(self):
         if self.dynamic_masking and self.masking.ngram_max > 1:

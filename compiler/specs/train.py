@@ -17,8 +17,8 @@ class OptimizerSpec(Spec):
 
     optimizer: str = setting("adamw", "AdamW as BERT; LAMB for large batches; Amos",
                              choices=("adamw", "lamb", "amos"))
-    learning_rate: float = setting(1e-4, "peak learning rate", minimum=0.0)
-    warmup_steps: int = setting(10_000, "linear warmup steps", minimum=0)
+    learning_rate: float = setting(1e-4, "peak learning rate", minimum=0.0, phase=True)
+    warmup_steps: int = setting(10_000, "linear warmup steps", minimum=0, phase=True)
     weight_decay: float = setting(0.01, "AdamW weight decay", minimum=0.0)
     decay: str = setting("linear", "learning-rate decay after warmup",
                          choices=("linear", "polynomial"))
@@ -38,10 +38,14 @@ class TrainSpec(Spec):
     """The pretrain stage: the encoder, its data and the loop."""
 
     model: dict = setting(None, "the encoder's bert_config (model.*)", gin=None)
-    batch_size: int = setting(256, "global batch size", minimum=1)
-    train_steps: int = setting(100_000, "training steps", gin="steps", minimum=1)
+    batch_size: int = setting(256, "global batch size", minimum=1, phase=True)
+    train_steps: int = setting(100_000, "training steps", gin="steps", minimum=1, phase=True)
     optimization: OptimizerSpec = nested(OptimizerSpec, "optimizer and schedule")
-    checkpoint_every: int = setting(1000, "steps between checkpoints", minimum=1)
+    optimizer_state: str = setting(
+        "reset", "how a phase after the first starts: 'reset' its optimizer (new moments, step 0, "
+                 "its own warmup), or 'carry' the previous phase's moments (step and schedule "
+                 "restart)", choices=("reset", "carry"), phase=True)
+    checkpoint_every: int = setting(1000, "steps between checkpoints", minimum=1, phase=True)
     keep_checkpoints: int = setting(5, "checkpoints kept", minimum=1)
     init_checkpoint: Optional[str] = setting(None, "checkpoint in Google's BERT layout to "
                                                    "start from")
@@ -50,7 +54,7 @@ class TrainSpec(Spec):
     log_every: int = setting(100, "steps between logs and summaries", minimum=1)
     seed: int = setting(12345, "initialisation and data order seed")
     grad_accum_steps: int = setting(1, "micro-batches accumulated per step (batch / k each)",
-                                    minimum=1)
+                                    minimum=1, phase=True)
     compute_dtype: str = setting("float32", "bfloat16 on TPU; mixed_float16 (loss scaling) on "
                                             "GPU", choices=("float32", "bfloat16",
                                                             "mixed_float16"))

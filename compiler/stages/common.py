@@ -86,11 +86,13 @@ class PlanContext:
 
     def add(self, stage_id: str, kind: str, b: StageBuilder, inputs: dict,
             input_fps: dict, deps: Sequence[str]) -> Stage:
-        fingerprint = stage_fingerprint(kind, b.params, input_fps)
+        # Operational params (how, not what: the preprocess runner) are not fingerprinted.
+        made = {k: v for k, v in b.params.items() if k not in KINDS[kind].operational}
+        fingerprint = stage_fingerprint(kind, made, input_fps)
         resume_key = ""
         resumable = KINDS[kind].resumable
         if resumable:
-            kept = {k: v for k, v in b.params.items() if k not in resumable}
+            kept = {k: v for k, v in made.items() if k not in resumable}
             resume_key = stage_fingerprint(kind, kept, input_fps)
         stage = Stage(id=stage_id, kind=kind, params=b.params, inputs=inputs,
                       output_dir=uris.join(self.output_root, stage_id), deps=tuple(deps),

@@ -1,21 +1,30 @@
-"""Planning preprocess stages: one per bert_pretraining_task trained on."""
+"""Planning preprocess stages: one per bert_pretraining_task trained on, per pretraining
+phase (compiler/stages/phases.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.corpus_check import MAX_FILES, check_files
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import PreprocessSpec
+from runexp.compiler.specs.preprocess import SPLIT_INDEX_DIR
 from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
+from runexp.compiler.stages.phases import SINGLE, Phase
+from runexp.compiler.stages.runner import check_runner
 from runexp.tasks.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
 
 
-def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
+def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SINGLE,
+                    first: Optional[Stage] = None) -> Stage:
+    """The task's preprocess stage of ``phase``; a phase after the first makes its examples
+    from ``first`` (the task's first-phase stage)'s tokenised splits."""
     b = StageBuilder(ctx.r)
     target = ctx.r.get("train", "task")
     if target == task:
@@ -24,12 +33,26 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
         b.set("task", task, f"{target}/bert_pretraining_mixture.rates @ "
               f"{ctx.r.provenance('bert_pretraining_mixture', 'rates', target).short()}")
     p = b.take_spec(PreprocessSpec, TASK, task)
+    phase.apply(b, "preprocess")
     if p["dynamic_masking"]:
         check_dynamic_masking(ctx, task, p)
     b.copy(vocab, "do_lower_case")
-    check_masking(ctx, task, p)
+    check_masking(ctx, task, p, phase)
+    check_word_segmenter(ctx, task, b, vocab)
+    check_runner(ctx, task, b)  # where the shards are built (compiler/stages/runner.py)
     source = SourceSpec.pick(p)
     drop_unused_source_settings(ctx, task, b, source.format)
+    if phase.count > 1 and not source.makes_instances:
+        ctx.c.error(f"{task}: format {source.format!r} brings ready-made examples of one "
+                    "length, but train.phases trains at several: each phase's examples are "
+                    "made from the documents", phase.location,
+                    hint="give the task a text or document source (sentence_lines, "
+                         "paragraphs, jsonl, tfds, seqio_documents), or train in one phase")
+    if first is not None:
+        return _plan_later_phase(ctx, task, b, vocab, phase, first)
+    if phase.count > 1:
+        b.set("keep_split_index", True, f"train.phases @ {phase.where}: the later phases make "
+                                        "their examples from this phase's tokenised splits")
     if not source.makes_instances and vocab.params.get("vocab_path") is None:
         ctx.c.error(f"{task}: format {source.format!r} brings examples whose token ids are "
                     "those of the vocabulary they were made with, but no vocabulary is given",
@@ -47,6 +70,21 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage) -> Stage:
     fps["vocab"] = vocab.fingerprint
     deps = sorted(set(deps + [vocab.id]))
     return ctx.add(f"preprocess.{task}", "preprocess", b, inputs, fps, deps)
+
+
+def _plan_later_phase(ctx: PlanContext, task: str, b: StageBuilder, vocab: Stage, phase: Phase,
+                      first: Stage) -> Stage:
+    """A phase after the first: its examples are made from the tokenised splits the first
+    phase's stage kept (``<first>/split_index/<split>``), so it reads no corpus byte. Those
+    splits are fingerprinted by the first stage's fingerprint (the source, the vocab and
+    the casing they were made with)."""
+    if b.params["num_shards"] == 0:
+        b.copy(first, "num_shards")
+    inputs = {"split_index_dir": uris.join(first.output_dir, SPLIT_INDEX_DIR),
+              "vocab_dir": vocab.output_dir}
+    fps = {"split_index": first.fingerprint, "vocab": vocab.fingerprint}
+    return ctx.add(f"preprocess.{task}{phase.suffix}", "preprocess", b, inputs, fps,
+                   sorted({first.id, vocab.id}))
 
 
 def drop_unused_source_settings(ctx: PlanContext, task: str, b: StageBuilder,
@@ -110,7 +148,7 @@ def check_text(ctx: PlanContext, task: str, patterns: list, location) -> None:
             ctx.c.error(f"{task}: {path}: {what}", location, hint=hint)
 
 
-def check_masking(ctx: PlanContext, task: str, p: dict) -> None:
+def check_masking(ctx: PlanContext, task: str, p: dict, phase: Phase = SINGLE) -> None:
     mask, rnd = p["mask_token_prob"], p["random_token_prob"]
     if mask is not None and rnd is not None and mask + rnd > 1.0 + 1e-9:
         ctx.c.error(f"mask_token_prob + random_token_prob = {mask + rnd:g} exceeds 1",
@@ -119,14 +157,50 @@ def check_masking(ctx: PlanContext, task: str, p: dict) -> None:
     length, preds, prob = p["max_seq_length"], p["max_predictions_per_seq"], p["masked_lm_prob"]
     if length and preds and prob is not None:
         expected = round(length * prob)
-        where = ctx.loc(TASK, "max_predictions_per_seq", task)
+        where = phase.loc(ctx, "max_predictions_per_seq", TASK, "max_predictions_per_seq", task)
         if preds > length:
-            ctx.c.error(f"max_predictions_per_seq ({preds}) exceeds max_seq_length ({length})",
-                        where, hint=f"about max_seq_length x masked_lm_prob = {expected} is usual")
+            ctx.c.error(f"{phase.label}max_predictions_per_seq ({preds}) exceeds max_seq_length "
+                        f"({length})", where,
+                        hint=f"about max_seq_length x masked_lm_prob = {expected} is usual")
         elif preds < expected:
-            ctx.c.warn(f"max_predictions_per_seq ({preds}) < max_seq_length x masked_lm_prob "
+            ctx.c.warn(f"{phase.label}max_predictions_per_seq ({preds}) < max_seq_length x "
+                       f"masked_lm_prob "
                        f"({expected}): fewer tokens than masked_lm_prob asks will be masked",
-                       where, hint=f"set MAX_PREDICTIONS_PER_SEQ = {expected}")
+                       where, hint=f"set 'max_predictions_per_seq': {expected} in phase "
+                                   f"{phase.number}" if phase.sets("max_predictions_per_seq")
+                       or phase.sets("max_seq_length")
+                       else f"set MAX_PREDICTIONS_PER_SEQ = {expected}")
+
+
+def check_word_segmenter(ctx: PlanContext, task: str, b: StageBuilder, vocab: Stage) -> None:
+    """A word segmenter (Chinese whole words, tasks/chinese_words.py) needs whole-word
+    masking, a WordPiece vocab and its package. Unset, it is left out of the plan (as the
+    plans made before it existed, whose fingerprints stay the same)."""
+    p = b.params
+    segmenter = p.get("word_segmenter")
+    if not segmenter:
+        p.pop("word_segmenter", None)
+        b.provenance.pop("word_segmenter", None)
+        return
+    loc = ctx.loc(TASK, "word_segmenter", task)
+    if not p["whole_word_masking"] and (p["ngram_max"] or 1) <= 1:
+        ctx.c.error(f"{task}: word_segmenter = {segmenter!r} finds the words whole-word "
+                    "masking masks, but whole_word_masking is False",
+                    ctx.loc(TASK, "whole_word_masking", task) or loc,
+                    hint=f"set {task}/bert_pretraining_task.whole_word_masking = True, or "
+                         "word_segmenter = ''")
+    adopted = vocab.params.get("vocab_path")
+    if vocab.params.get("vocab_type") == "sentencepiece" or (
+            adopted is not None and adopted.endswith(".model")):
+        ctx.c.error(f"{task}: word_segmenter = {segmenter!r} marks Chinese words in the "
+                    "characters BERT's WordPiece tokenizer splits CJK text into; a "
+                    "SentencePiece vocab does not split it so", loc,
+                    hint="use a WordPiece vocab.txt (Google's Chinese vocab, or vocab.type = "
+                         "'wordpiece'), or word_segmenter = ''")
+    if importlib.util.find_spec(segmenter) is None:
+        ctx.c.error(f"{task}: word_segmenter = {segmenter!r} needs the {segmenter} package, "
+                    "which is not installed", loc,
+                    hint="pip install 'jieba>=0.42,<0.43' (or runexp[chinese])")
 
 
 def check_dynamic_masking(ctx: PlanContext, task: str, p: dict) -> None:

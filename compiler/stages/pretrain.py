@@ -1,4 +1,5 @@
-"""Planning the pretrain stage: the encoder, the optimizer, the loop, and their checks."""
+"""Planning the pretrain stage (one per pretraining phase: compiler/stages/phases.py): the
+encoder, the optimizer, the loop, and their checks."""
 
 from __future__ import annotations
 
@@ -7,17 +8,27 @@ from typing import Optional
 from runexp.compiler import uris
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import TrainSpec
+from runexp.compiler.specs.phases import LATER_PHASES_ONLY
 from runexp.compiler.stages.common import PlanContext, StageBuilder, data_inputs
 from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
+from runexp.compiler.stages.phases import SINGLE, Phase
 
 
-def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel) -> Optional[Stage]:
-    """``pre``: the preprocess stage, or a mixture's list of them."""
+def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SINGLE,
+                  previous: Optional[Stage] = None) -> Optional[Stage]:
+    """``pre``: the phase's preprocess stage, or a mixture's list of them; ``previous``: the
+    pretrain stage of the phase before (whose final checkpoint this phase starts from)."""
     pres = pre if isinstance(pre, list) else [pre]
     b = StageBuilder(ctx.r)
     config = model_config(ctx, b, vocab)
     p = b.take_spec(TrainSpec, "train")
-    init = p["init_checkpoint"]
+    phase.apply(b, "pretrain")
+    if previous is None:
+        _drop_later_phase_settings(ctx, b, phase)
+    else:
+        # The phase starts from the previous one's weights, never from init_checkpoint.
+        del b.params["init_checkpoint"], b.provenance["init_checkpoint"]
+    init = p.get("init_checkpoint")
     if init is not None:
         p["init_checkpoint"] = uris.absolute(init)
     if p["jit_compile"] is None:
@@ -35,7 +46,7 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel) -> Optional[Stage]
     b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
     if config is None:
         return None
-    check_training(ctx, p, config, pres[0].params["task"], accel)
+    check_training(ctx, p, config, pres[0].params["task"], accel, phase)
     inputs, fps, deps = data_inputs(pre)
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
@@ -44,34 +55,58 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel) -> Optional[Stage]
                               ctx.loc("train", "init_checkpoint"), accel)
         inputs["init_checkpoint"] = p["init_checkpoint"]
         fps["init_checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"])
-    return ctx.add("pretrain", "pretrain", b, inputs, fps, [*deps, vocab.id])
+    if previous is not None:
+        inputs["previous_phase_dir"] = previous.output_dir
+        fps["previous_phase"] = previous.fingerprint
+        deps = [*deps, previous.id]
+    return ctx.add(f"pretrain{phase.suffix}", "pretrain", b, inputs, fps, [*deps, vocab.id])
 
 
-def check_training(ctx: PlanContext, p: dict, config: dict, task: str, accel) -> None:
-    length = p["max_seq_length"]
+def _drop_later_phase_settings(ctx: PlanContext, b: StageBuilder, phase: Phase) -> None:
+    """The first (or only) phase starts from scratch or init_checkpoint: how a phase starts
+    from the one before does not apply; binding it without later phases changes nothing."""
+    for name in LATER_PHASES_ONLY:
+        value = b.params.pop(name)
+        b.provenance.pop(name)
+        where = ctx.loc("train", name)
+        if phase.count == 1 and where is not None and value != TrainSpec.default(name):
+            ctx.c.warn(f"train.{name} applies to pretraining phases after the first, and this "
+                       "experiment trains in one: it is ignored", where,
+                       hint="remove it, or declare the phases: train.phases = [{...}, {...}]")
+
+
+def check_training(ctx: PlanContext, p: dict, config: dict, task: str, accel,
+                   phase: Phase = SINGLE) -> None:
+    length, label = p["max_seq_length"], phase.label
     if length and length > config["max_position_embeddings"]:
-        ctx.c.error(f"max_seq_length ({length}) exceeds the model's max_position_embeddings "
-                    f"({config['max_position_embeddings']})",
-                    ctx.loc("bert_pretraining_task", "max_seq_length", task),
-                    hint="shorten MAX_SEQ_LENGTH or raise model.max_position_embeddings")
+        ctx.c.error(f"{label}max_seq_length ({length}) exceeds the model's "
+                    f"max_position_embeddings ({config['max_position_embeddings']})",
+                    phase.loc(ctx, "max_seq_length", "bert_pretraining_task", "max_seq_length",
+                              task),
+                    hint=(f"shorten phase {phase.number}'s 'max_seq_length'"
+                          if phase.sets("max_seq_length") else "shorten MAX_SEQ_LENGTH")
+                    + " or raise model.max_position_embeddings")
     batch = p["batch_size"]
-    ctx.check_batch(batch, accel, "global batch size", ctx.loc("train", "batch_size"))
+    ctx.check_batch(batch, accel, f"{label}global batch size",
+                    phase.loc(ctx, "batch_size", "train", "batch_size"))
     accum = p["grad_accum_steps"]
     if accel is not None and batch and accum and batch % accel.replicas == 0 \
             and batch % (accel.replicas * accum):
-        ctx.c.error(f"global batch size {batch} cannot be split into {accum} micro-batches "
-                    f"across {accel.replicas} replica(s)", ctx.loc("train", "grad_accum_steps"),
+        ctx.c.error(f"{label}global batch size {batch} cannot be split into {accum} "
+                    f"micro-batches across {accel.replicas} replica(s)",
+                    phase.loc(ctx, "grad_accum_steps", "train", "grad_accum_steps"),
                     hint=f"use a batch size divisible by {accel.replicas * accum}")
     if accel is not None and p["compute_dtype"] == "mixed_float16" and accel.type == "tpu":
         ctx.c.error("mixed_float16 is for GPUs; TPUs compute in bfloat16",
                     ctx.loc("train", "compute_dtype"), hint="set train.compute_dtype = 'bfloat16'")
     steps, warmup = p["train_steps"], p["warmup_steps"]
     if steps and warmup is not None and warmup > steps:
-        ctx.c.warn(f"warmup_steps ({warmup}) exceeds train steps ({steps}): the learning "
-                   "rate never reaches its peak", ctx.loc("train", "warmup_steps"),
+        ctx.c.warn(f"{label}warmup_steps ({warmup}) exceeds train steps ({steps}): the "
+                   "learning rate never reaches its peak",
+                   phase.loc(ctx, "warmup_steps", "train", "warmup_steps"),
                    hint="warm up over about 1-10% of training")
     every, loop = p["checkpoint_every"], p["steps_per_loop"]
     if every and loop and every % loop:
-        ctx.c.error(f"checkpoint_every ({every}) is not a multiple of steps_per_loop ({loop})",
-                    ctx.loc("train", "checkpoint_every"),
+        ctx.c.error(f"{label}checkpoint_every ({every}) is not a multiple of steps_per_loop "
+                    f"({loop})", phase.loc(ctx, "checkpoint_every", "train", "checkpoint_every"),
                     hint="checkpoints are written between host loops")

@@ -356,7 +356,7 @@ def _snippets(r: Report, sr: StageReport, reader: RootReader) -> str:
     has_spm = any(rel == "spm.model" for rel, _ in reader.files(d))
     finetunes, pretrains = r.by_kind("finetune"), r.by_kind("pretrain")
     seq = (FinetuneSpec.from_stage(finetunes[0].stage).max_seq_length if finetunes else
-           TrainSpec.from_stage(pretrains[0].stage).max_seq_length if pretrains else 128)
+           TrainSpec.from_stage(pretrains[-1].stage).max_seq_length if pretrains else 128)
     saved = f'''import tensorflow as tf
 import tensorflow_text  # noqa: F401 - the ops of the preprocessing model
 

@@ -7,6 +7,11 @@ a global cache dir (tasks/seqio_tasks.py). Shards are built in parallel worker p
 (forked when nothing unsafe to fork is loaded, else spawned: never with TensorFlow in them);
 each worker writes its own TFRecord file, and this process writes info.*.json, stats.*.json
 and, last, COMPLETED.
+
+Pretraining in phases (compiler/stages/phases.py): the first phase's stage (param
+``keep_split_index``) keeps its tokenised splits in ``<work_dir>/split_index/<split>/``; a
+later phase's stage (input ``split_index_dir``) makes its examples from them, reading no
+corpus byte (its summary's ``input_bytes_read`` is 0).
 """
 
 from __future__ import annotations
@@ -19,12 +24,13 @@ import threading
 import time
 
 from runexp.compiler.errors import UserError
+from runexp.compiler.specs.preprocess import SPLIT_INDEX_DIR
 from runexp.runtime.context import StageContext
 from runexp.runtime.progress import Meter
 from runexp.tasks import records
 from runexp.tasks.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
-                                             ShardStats, plan_shard_jobs, run_shard_jobs,
-                                             summary_fields)
+                                             ShardStats, plan_prebuilt_shard_jobs,
+                                             plan_shard_jobs, run_shard_jobs, summary_fields)
 from runexp.tasks.text_files import InputIssues, expand_globs
 
 SPLITS = ("train", "validation")
@@ -32,6 +38,17 @@ SPLITS = ("train", "validation")
 
 def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
           cache_dir: str) -> list[ShardJob]:
+    index_root = ctx.inputs.get("split_index_dir")
+    if index_root:  # a later pretraining phase: the first phase's tokenised splits
+        jobs = plan_prebuilt_shard_jobs(index_root, ctx.inputs["vocab_dir"], config,
+                                        num_shards, cache_dir)
+        if not jobs:
+            raise UserError(f"no tokenised split in {index_root}: the first phase's preprocess "
+                            "stage keeps them there\n  hint: run that stage again (delete its "
+                            "directory), then this one")
+        ctx.progress(f"examples from the first phase's tokenised splits in {index_root}: no "
+                     "corpus file is read")
+        return jobs
     spill_dir = os.path.join(ctx.work_dir, SPILL_DIR)
     if config.source.reads_seqio:
         # Documents read through seqio are written once as JSONL in the spill, then built
@@ -41,8 +58,10 @@ def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
     else:
         files = {split: tuple(expand_globs(ctx.inputs[f"{split}_files"]))
                  for split in SPLITS if ctx.inputs.get(f"{split}_files")}
+    # Kept for the later pretraining phases, which make their examples from it.
+    index_dir = os.path.join(ctx.work_dir, SPLIT_INDEX_DIR) if config.keep_split_index else None
     return plan_shard_jobs(files, ctx.inputs["vocab_dir"], config, num_shards, cache_dir,
-                           spill_dir=spill_dir)
+                           spill_dir=spill_dir, index_dir=index_dir)
 
 
 def _check_vocab_casing(ctx: StageContext, wanted: bool) -> None:
@@ -107,7 +126,12 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
             totals[split].add(stats)
             meter.advance()
 
-        if workers == 1:
+        if config.execution.runner == "beam":  # the same shards, by an Apache Beam pipeline
+            from runexp.tasks.beam_preprocess import run_beam_shard_jobs
+            for result in run_beam_shard_jobs(jobs, config.execution.beam_options, workers,
+                                              ctx.progress):
+                collect(result)
+        elif workers == 1:
             for result in run_shard_jobs(jobs, map, ctx.progress):
                 collect(result)
         else:
@@ -140,9 +164,16 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
     tokens = sum(t.document_tokens for t in totals.values())
     summary["unk_rate"] = unk / max(tokens, 1)
     summary.update(summary_fields(totals))  # input_bytes, input_bytes_read: the cost
+    if config.keep_split_index:
+        summary["split_index_bytes"] = _tree_bytes(os.path.join(ctx.work_dir, SPLIT_INDEX_DIR))
     # Bad input is counted, never fatal and never silent: in the summary and on the console.
     summary["bad_input"] = issues.summary()
     for line in issues.describe():
         ctx.progress("WARNING: skipped or repaired bad input: " + line)
     summary["seconds"] = round(time.monotonic() - start, 2)
     return summary
+
+
+def _tree_bytes(path: str) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path)
+               for f in files)

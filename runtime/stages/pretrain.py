@@ -2,10 +2,12 @@
 
 Contract (docs/STAGES.md): params are a ``TrainSpec`` (compiler/specs/train.py); inputs
 ``data_dir``, ``vocab_dir`` (a mixture: ``data_dirs``, task -> dir, with the param
-``mixture_rates``, task -> rate). Writes ``checkpoints/``, ``tensorboard/``,
-``bert_config.json``, ``train_log.jsonl``, ``curves.png`` (runtime/report/curves.py: drawn
-at the end and at a stop; a failure to draw is only a warning). Re-running with checkpoints
-present continues from the latest.
+``mixture_rates``, task -> rate); a pretraining phase after the first also
+``previous_phase_dir``: a fresh run starts from that stage's final checkpoint (its weights;
+its optimizer's moments too with ``optimizer_state`` "carry"), a resumed one from its own.
+Writes ``checkpoints/``, ``tensorboard/``, ``bert_config.json``, ``train_log.jsonl``,
+``curves.png`` (runtime/report/curves.py: drawn at the end and at a stop; a failure to draw
+is only a warning). Re-running with checkpoints present continues from the latest.
 
 The executor adds ``deadline_unix`` and ``deadline_margin_s`` from
 ``experiment.wall_time_hours`` and ``wall_time_margin_minutes``: training stops with a
@@ -97,8 +99,19 @@ def run(ctx) -> dict:
                       metrics_fn=pretraining_metrics, progress=ctx.progress,
                       on_checkpoint=ctx.sync, eval_dataset=eval_dataset)
 
-    init_report = None
+    init_report = phase_report = None
     has_checkpoint = trainer.manager.latest_checkpoint is not None
+    previous_phase = inputs.get("previous_phase_dir")
+    if previous_phase and not has_checkpoint:
+        # A later phase, fresh: the previous phase's final weights; a resumed one has its own
+        # checkpoints (the phase is never restarted from the previous one).
+        carry = spec.optimizer_state == "carry"
+        prefix = checkpoints.start_from_previous_phase(model, optimizer, previous_phase, carry)
+        phase_report = {"checkpoint": prefix, "step": checkpoints.checkpoint_step(prefix),
+                        "optimizer_state": spec.optimizer_state}
+        ctx.progress(f"starting from the previous phase's final checkpoint {prefix}: its "
+                     + ("weights and optimizer moments (step and schedule start again)" if carry
+                        else "weights, with a fresh optimizer (new moments and warmup)"))
     if spec.init_checkpoint and not has_checkpoint:
         # Only a fresh run starts from init_checkpoint; a resumed one has its own weights.
         report = checkpoints.load_google_checkpoint(model.google_variables(),
@@ -155,5 +168,7 @@ def run(ctx) -> dict:
                                                             "loss")}
     if init_report is not None:
         summary["init_checkpoint"] = init_report
+    if phase_report is not None:
+        summary["previous_phase"] = phase_report
     draw_stage_curves(ctx, summary)  # curves.png; a failure is only a warning
     return summary

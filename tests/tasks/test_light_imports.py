@@ -5,7 +5,7 @@ import sys
 
 LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "vocab_dir", "wordpiece_trainer", "text_files",
          "masking", "pretraining_instances", "pretraining_shards", "example_proto", "records",
-         "classification", "inspect"]
+         "classification", "inspect", "chinese_words"]
 
 
 def test_light_modules_do_not_import_tensorflow_or_seqio():

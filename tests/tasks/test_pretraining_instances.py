@@ -295,7 +295,7 @@ def test_vectorised_whole_word_selection_has_the_reference_distribution():
     ids = np.tile(np.array(row, np.int32), (copies, 1))
     candidates = np.ones_like(ids, bool)
     candidates[:, 0] = candidates[:, -1] = False
-    picked = masking._choose_whole_words(ids, candidates, np.full(copies, k), 8, word_start,
+    picked = masking._choose_whole_words(word_start[ids], candidates, np.full(copies, k), 8,
                                          np.random.default_rng(0))
     word_of = {}
     p = 1
