@@ -14,6 +14,7 @@ an estimate to compare runs and catch mistakes of 10x, not a promise.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from typing import Optional
@@ -22,7 +23,7 @@ from runexp.compiler import uris
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.model_sizes import parameter_count
 from runexp.compiler.plan import Plan
-from runexp.compiler.specs import TrainSpec
+from runexp.compiler.specs import FinetuneSpec, TrainSpec
 
 ASSUMED_MFU = {"tpu": 0.20, "gpu": 0.30, "cpu": 0.25}
 # English text tokenised with a 30k WordPiece vocab: about this many bytes per token.
@@ -84,13 +85,136 @@ def train_flops_per_example(model: dict, seq: int, predictions: int) -> float:
     return 3.0 * forward
 
 
-def memory_gb(model: dict, per_replica_batch: int, seq: int) -> float:
-    """Weights, gradients and two Adam slots in float32, plus activations kept for backward."""
+# Bytes per activation value: bfloat16 and mixed_float16 keep activations in 16 bits;
+# weights, gradients and optimizer slots stay float32 in every compute dtype.
+ACTIVATION_BYTES = {"float32": 4, "bfloat16": 2, "mixed_float16": 2}
+
+
+def optimizer_slot_values(model: dict, optimizer: str) -> int:
+    """Values the optimizer keeps (runtime/optimizer.py): AdamW and LAMB two moments per
+    parameter; Amos a momentum per parameter plus ``v`` and ``b`` of a reduced shape
+    (amos_slot_shape: a kernel's output axis, an embedding's rows, one value otherwise)."""
     params = parameter_count(model)
-    state = params * 16
-    h, heads, layers = model["hidden_size"], model["num_attention_heads"], model["num_hidden_layers"]
-    activations = layers * per_replica_batch * seq * (34 * h + 5 * heads * seq) * 2  # float32
-    return (state + activations) / 1e9
+    if optimizer != "amos":
+        return 2 * params
+    h, i, layers = model["hidden_size"], model["intermediate_size"], model["num_hidden_layers"]
+    kernels = layers * (5 * h + i) + h + h + 2  # layers; pooler, MLM transform, NSP
+    embeddings = model["vocab_size"] + model["max_position_embeddings"] + model["type_vocab_size"]
+    scalars = layers * 10 + 12  # biases and LayerNorm scales and offsets
+    return params + 2 * (kernels + embeddings + scalars)
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+    """Bytes one replica holds at the peak of a training step."""
+
+    state: int  # weights, gradients, optimizer slots (float32), the accumulation sum
+    activations: int  # kept for the backward pass of one micro-batch (and its MLM logits)
+
+    @property
+    def gb(self) -> float:
+        return (self.state + self.activations) / 1e9
+
+
+def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
+           compute_dtype: str = "float32", recompute: str = "none", grad_accum_steps: int = 1,
+           predictions: int = 0) -> Memory:
+    """Per replica: float32 weights and gradients (8 bytes a parameter), the optimizer's
+    slots (4 bytes a value), with gradient accumulation a float32 sum of the gradients; and
+    the activations of one micro-batch (``micro_batch`` examples per replica).
+
+    Activations per layer and token (Korthikanti et al. 2022, counted in 16-bit values and
+    scaled to the compute dtype): (18 h + 4 i + 5 heads s) x bytes / 2 (34 h + 5 heads s at
+    i = 4 h). recompute 'layers' keeps each layer's input (h values a token) and one layer's
+    full activations, recomputed in turn during the backward pass. The MLM logits and their
+    gradient are float32: 8 x predictions x vocab bytes an example."""
+    params = parameter_count(model)
+    state = 4 * (2 * params + optimizer_slot_values(model, optimizer))
+    if grad_accum_steps > 1:
+        state += 4 * params
+    h, i = model["hidden_size"], model["intermediate_size"]
+    heads, layers = model["num_attention_heads"], model["num_hidden_layers"]
+    nbytes = ACTIVATION_BYTES.get(compute_dtype, 4)
+    tokens = micro_batch * seq
+    full_layer = tokens * (18 * h + 4 * i + 5 * heads * seq) * nbytes // 2
+    if recompute == "layers":
+        kept = layers * tokens * h * nbytes + full_layer
+    else:
+        kept = layers * full_layer
+    logits = 8 * micro_batch * predictions * model["vocab_size"]
+    return Memory(state=state, activations=kept + logits)
+
+
+def memory_gb(model: dict, per_replica_batch: int, seq: int, **kwargs) -> float:
+    """memory(...).gb: ``per_replica_batch`` is one micro-batch's examples per replica."""
+    return memory(model, per_replica_batch, seq, **kwargs).gb
+
+
+def _replicas(accel: Optional[dict]) -> int:
+    return (accel or {}).get("replicas", 1) or 1
+
+
+def stage_memory(p: dict, accel: Optional[dict], pretrain: bool = True, **changes) -> Memory:
+    """The memory of a training stage's params ``p`` on ``accel``, with ``changes``
+    (grad_accum_steps, recompute, compute_dtype) applied."""
+    q = {**p, **changes}
+    if not pretrain:  # a fine-tune: AdamW, one batch, no recomputation, no masked positions
+        f = FinetuneSpec.pick(q)
+        micro = max(1, math.ceil(f.batch_size / _replicas(accel)))
+        return memory(q["model"], micro, f.max_seq_length, compute_dtype=f.compute_dtype)
+    t = TrainSpec.pick(q)
+    k = max(1, t.grad_accum_steps)
+    micro = max(1, math.ceil(t.batch_size / _replicas(accel) / k))
+    return memory(q["model"], micro, t.max_seq_length, optimizer=t.optimization.optimizer,
+                  compute_dtype=t.compute_dtype, recompute=t.recompute, grad_accum_steps=k,
+                  predictions=t.max_predictions_per_seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class FitOption:
+    """A change to a pretraining stage that would fit the accelerator, and its estimate."""
+
+    changes: tuple  # ((setting, value), ...), in the order ACCUM, recompute, dtype
+    gb: float
+
+
+def fit_options(p: dict, accel: dict) -> list[FitOption]:
+    """Changes to pretrain params ``p`` that fit ``accel``'s memory, each with its estimate:
+    the smallest gradient accumulation that keeps the global batch (a divisor of the
+    per-replica batch), recomputation of the layers ('layers'), 16-bit activations; and for
+    each of them that does not fit alone, the smallest combination with it that does."""
+    limit = accel.get("memory_gb_per_replica") or 0
+    per_replica = p["batch_size"] // _replicas(accel)
+    t = TrainSpec.pick(p)
+    ks = [k for k in range(t.grad_accum_steps + 1, per_replica + 1) if per_replica % k == 0]
+    levers = []  # (name, value) switches besides accumulation
+    if t.recompute != "layers":
+        levers.append(("recompute", "layers"))
+    if t.compute_dtype == "float32":
+        gpu = accel.get("type") == "gpu"
+        levers.append(("compute_dtype", "mixed_float16" if gpu else "bfloat16"))
+
+    # Every combination of the changes: fewest changes first; of as many, those with
+    # accumulation (no extra compute, unlike recomputation), smallest k first.
+    combos = []
+    for n in range(len(levers) + 1):
+        for switches in itertools.combinations(levers, n):
+            combos.append(switches)
+            combos.extend(((("grad_accum_steps", k),) + switches) for k in ks)
+    combos = [c for c in combos if c]
+    combos.sort(key=lambda c: (len(c), "grad_accum_steps" not in dict(c),
+                               dict(c).get("grad_accum_steps", 0)))
+    fitting = []
+    for changes in combos:
+        gb = stage_memory(p, accel, **dict(changes)).gb
+        if gb <= limit:
+            fitting.append(FitOption(changes, gb))
+    out: list[FitOption] = []
+    for name in ["grad_accum_steps", *(name for name, _ in levers)]:
+        best = next((o for o in fitting if name in dict(o.changes)), None)
+        if best is not None and best not in out:
+            out.append(best)
+    return out
 
 
 def _corpus_bytes(patterns: list[str]) -> Optional[int]:
@@ -164,10 +288,8 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
     # A classifier predicts no masked tokens.
     predictions = p["max_predictions_per_seq"] if stage.kind == "pretrain" else 0
     flops = train_flops_per_example(model, seq, predictions) * batch
-    micro_batches = 1
     if stage.kind == "pretrain":
         instances, source = _instances(plan, stage)
-        micro_batches = TrainSpec.pick(p).grad_accum_steps  # activations: one micro-batch's
     else:
         instances, source = _finetune_examples(stage)
     hours = usd = usd_pre = None
@@ -176,7 +298,6 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
         hours = flops * p["train_steps"] / rate / 3600
         usd = hours * accel["usd_per_hour"] if accel["usd_per_hour"] else None
         usd_pre = hours * accel["usd_per_hour_preemptible"] if accel["usd_per_hour"] else None
-    replicas = accel.get("replicas", 1) if accel else 1
     return Estimate(
         parameters=parameter_count(model),
         tokens_per_step=batch * seq,
@@ -186,8 +307,7 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
         instances_source=source,
         epochs=(p["train_steps"] * batch / instances) if instances else None,
         hours=hours, usd=usd, usd_preemptible=usd_pre,
-        memory_gb_per_replica=memory_gb(
-            model, max(1, math.ceil(batch / replicas / micro_batches)), seq),
+        memory_gb_per_replica=stage_memory(p, accel, pretrain=stage.kind == "pretrain").gb,
     )
 
 

@@ -18,10 +18,11 @@ from typing import Optional, Sequence
 from runexp.compiler import uris
 from runexp.compiler.accelerators import ACCELERATORS
 from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
-from runexp.compiler.estimates import estimate
+from runexp.compiler.estimates import estimate, fit_options, stage_memory
 from runexp.compiler.loader import load
 from runexp.compiler.plan import Plan
 from runexp.compiler.resolve import Resolver
+from runexp.compiler.specs import TrainSpec
 from runexp.compiler.specs.launch import LAUNCH_FIELDS
 from runexp.compiler.stages.common import PlanContext, has_validation
 from runexp.compiler.stages.evaluate import plan_evaluate
@@ -180,31 +181,65 @@ def operative_config(resolver: Resolver, experiment: str, imports: Sequence[str]
     return "\n".join(lines) + "\n"
 
 
+def _setting_name(name: str, value, phased: bool, number: int) -> str:
+    """How the user sets ``name`` for this stage: a phase's key when the phase may set it."""
+    setting = next(s for s in TrainSpec.settings() if s.name == name)
+    if phased and setting.phase:  # a phase's key is the gin parameter's name
+        return f"phase {number}'s {setting.gin!r}: {value!r}"
+    return f"train.{setting.gin} = {value!r}"
+
+
 def _check_estimates(plan: Plan, resolver: Resolver, collector: ErrorCollector) -> None:
-    """Warns when a pretraining phase would not fit the accelerator's memory."""
+    """A pretraining phase whose memory estimate exceeds the accelerator's is an error listing
+    the changes that would fit, each with its estimate; experiment.memory_check = 'warn'
+    plans it anyway, recorded as a warning."""
     if not plan.accelerator:
         return
     limit = plan.accelerator["memory_gb_per_replica"]
+    if not limit:
+        return
+    overridden = resolver.get("experiment", "memory_check") == "warn"
     pretrains = [s for s in plan.stages if s.kind == "pretrain"]
     phased = len(pretrains) > 1
-    for stage in pretrains:
+    name = plan.accelerator["name"]
+    for number, stage in enumerate(pretrains, 1):
         est = estimate(plan, stage.id)
-        if est is None or not limit or est.memory_gb_per_replica <= limit:
+        if est is None or est.memory_gb_per_replica <= limit:
             continue
-        if not phased:
-            collector.warn(f"pretraining needs about {est.memory_gb_per_replica:.1f} GB per "
-                           f"replica; {plan.accelerator['name']} has {limit:g} GB",
-                           resolver.provenance("train", "batch_size").location,
-                           hint="lower BATCH_SIZE or MAX_SEQ_LENGTH, or choose a larger "
-                                "accelerator")
-            continue
-        collector.warn(f"pretraining phase {stage.id} needs about "
-                       f"{est.memory_gb_per_replica:.1f} GB per replica; "
-                       f"{plan.accelerator['name']} has {limit:g} GB",
-                       resolver.provenance("train", "phases").location,
-                       hint="raise the phase's 'grad_accum_steps' (same update, less memory), "
-                            "lower its 'batch_size' or 'max_seq_length', or choose a larger "
-                            "accelerator")
+        p = stage.params
+        mem = stage_memory(p, plan.accelerator)
+        t = TrainSpec.pick(p)
+        per_replica = p["batch_size"] // max(1, plan.accelerator["replicas"])
+        micro = per_replica // t.grad_accum_steps
+        message = (f"{stage.id} needs about {mem.gb:.1f} GB per replica "
+                   f"({mem.state / 1e9:.1f} GB weights, gradients and "
+                   f"{t.optimization.optimizer} state; {mem.activations / 1e9:.1f} GB "
+                   f"activations of {micro} "
+                   f"examples x {p['max_seq_length']} tokens); {name} has {limit:g} GB")
+        options = fit_options(p, plan.accelerator)
+        lines = []
+        for option in options:
+            changes = " with ".join(_setting_name(n, v, phased, number) for n, v in option.changes)
+            note = ""
+            if "grad_accum_steps" in dict(option.changes):
+                micro = per_replica // dict(option.changes)["grad_accum_steps"]
+                note = f", micro-batches of {micro} per replica, the same global batch"
+            lines.append(f"    {changes}: about {option.gb:.1f} GB{note}")
+        if lines:
+            hint = "changes that would fit (each with its estimate):\n" + "\n".join(lines)
+        else:
+            hint = ("no change of grad_accum_steps, recompute or compute_dtype fits: lower "
+                    "the batch size or max_seq_length, or choose a larger accelerator")
+        if overridden:
+            hint += "\n  (experiment.memory_check = 'warn': planned anyway)"
+        else:
+            hint += ("\n  or, knowing the estimate is wrong, set experiment.memory_check = "
+                     "'warn'")
+        where = resolver.provenance("train", "phases" if phased else "batch_size").location
+        if overridden:
+            collector.warn(f"memory check overridden: {message}", where, hint=hint)
+        else:
+            collector.error(message, where, hint=hint)
 
 
 def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),

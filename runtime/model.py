@@ -44,6 +44,10 @@ _ACTIVATIONS = {
 assert set(_ACTIVATIONS) == set(HIDDEN_ACTS), "bert_config.HIDDEN_ACTS is this table's keys"
 
 
+# recompute param: "layers" keeps only each transformer layer's input for the backward pass
+# and runs the layer again there (activation recomputation: less memory, more compute).
+RECOMPUTE = ("none", "layers")
+
 # compute_dtype param -> the dtype matmuls run in (variables, LayerNorm, softmax and losses
 # stay float32 in every case).
 COMPUTE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16,
@@ -143,14 +147,27 @@ class Dropout(tf.Module):
         self.generator = tf.random.Generator.from_seed(seed)
         self.xla = bool(xla)
 
-    def __call__(self, x, rate: float, training: bool):
+    def key(self, rate: float, training: bool):
+        """The ThreeFry key the next XLA-mode call with (rate, training) would draw (None
+        when that call draws nothing): drawn ahead, outside a recomputed layer, so its
+        recomputation in the backward pass draws the same mask again."""
+        if not training or rate <= 0.0:
+            return None
+        return self.generator.uniform_full_int([2], dtype=tf.int64)
+
+    def __call__(self, x, rate: float, training: bool, key=None):
+        """``key``: None, or a [2] int64 tensor from ``key``: a stateless draw that changes
+        no state (under ``xla`` the mask the call would draw without it; otherwise a Philox
+        mask, not the 16-bit one)."""
         if not training or rate <= 0.0:
             return x
-        if self.xla:
+        if self.xla or key is not None:
             threshold = min(int(round(rate * 2 ** 32)), 2 ** 32 - 1)
-            key = self.generator.uniform_full_int([2], dtype=tf.int64)
+            if key is None:
+                key = self.key(rate, training)
             words = tf.random.stateless_uniform(tf.shape(x), seed=key, minval=None,
-                                                maxval=None, dtype=tf.uint32, alg="threefry")
+                                                maxval=None, dtype=tf.uint32,
+                                                alg="threefry" if self.xla else "philox")
             keep = tf.cast(words >= tf.constant(threshold, tf.uint32), x.dtype)
             return x * (keep * (2 ** 32 / (2 ** 32 - threshold)))
         threshold = int(round(rate * 65536))
@@ -220,9 +237,30 @@ class TransformerLayer(tf.Module):
         self.output_norm = LayerNorm(f"{scope}/output/LayerNorm", h)
         self.activation = _ACTIVATIONS[config.hidden_act]
 
-    def __call__(self, x, attention_bias, batch, seq_length, training: bool):
-        """x: [batch * seq, hidden]; attention_bias: [batch, 1, 1, seq] (0 or -10000)."""
+    def dropout_keys(self, training: bool):
+        """The dropout keys of one call, in the order the call draws them (see
+        ``Dropout.key``): attention probabilities, attention output, layer output."""
         c = self.config
+        return [self.dropout.key(rate, training) for rate in
+                (c.attention_probs_dropout_prob, c.hidden_dropout_prob, c.hidden_dropout_prob)]
+
+    def recomputed(self, x, attention_bias, batch, seq_length, training: bool):
+        """``__call__`` keeping only its input for the backward pass, which runs the layer
+        again (``tf.recompute_grad``). Its dropout keys are drawn here, ahead, in the order
+        ``__call__`` would draw them, so the masks (and the gradients) are those of
+        ``__call__`` under XLA, and the recomputation draws the same masks again."""
+        keys = self.dropout_keys(training)
+
+        def layer(h):
+            return self(h, attention_bias, batch, seq_length, training, keys=keys)
+
+        return tf.recompute_grad(layer)(x)
+
+    def __call__(self, x, attention_bias, batch, seq_length, training: bool, keys=None):
+        """x: [batch * seq, hidden]; attention_bias: [batch, 1, 1, seq] (0 or -10000);
+        keys: None (dropout draws from its generator), or ``dropout_keys``."""
+        c = self.config
+        keys = keys or [None, None, None]
         heads = c.num_attention_heads
         head_dim = c.hidden_size // heads
         # One matmul for query, key and value.
@@ -234,15 +272,16 @@ class TransformerLayer(tf.Module):
         q, k, v = tf.unstack(qkv)  # not qkv[i]: StridedSliceGrad zero-fills the whole input
         q *= 1.0 / math.sqrt(head_dim)
         scores = _matmul(q, k, self.compute_dtype, transpose_b=True) + attention_bias
-        probs = self.dropout(tf.nn.softmax(scores), c.attention_probs_dropout_prob, training)
+        probs = self.dropout(tf.nn.softmax(scores), c.attention_probs_dropout_prob, training,
+                             keys[0])
         context = _matmul(probs, v, self.compute_dtype)  # [batch, heads, seq, head_dim]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
                              [batch * seq_length, c.hidden_size])
         attended = self.dropout(self.attention_output(context), c.hidden_dropout_prob,
-                                training)
+                                training, keys[1])
         x = self.attention_norm(attended + x)
         inner = self.activation(self.intermediate(x))
-        out = self.dropout(self.output(inner), c.hidden_dropout_prob, training)
+        out = self.dropout(self.output(inner), c.hidden_dropout_prob, training, keys[2])
         return self.output_norm(out + x)
 
     def named_variables(self) -> dict:
@@ -257,9 +296,12 @@ class BertEncoder(tf.Module):
     """The ``bert/`` scope: embeddings, transformer layers and the [CLS] pooler."""
 
     def __init__(self, config: BertConfig, compute_dtype: str = "float32", seed: int = 0,
-                 xla: bool = False):
+                 xla: bool = False, recompute: str = "none"):
         super().__init__()
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"recompute must be one of {RECOMPUTE}; got {recompute!r}")
         self.config = config
+        self.recompute = recompute
         dtype = matmul_dtype(compute_dtype)
         self.dropout = Dropout(seed, xla=xla)
         self.embeddings = Embeddings(config, self.dropout)
@@ -295,7 +337,10 @@ class BertEncoder(tf.Module):
         x = self.embeddings(input_ids, segment_ids, training)
         outputs = [x]
         for layer in self.layers:
-            x = layer(x, attention_bias, batch, seq_length, training)
+            if self.recompute == "layers":
+                x = layer.recomputed(x, attention_bias, batch, seq_length, training)
+            else:
+                x = layer(x, attention_bias, batch, seq_length, training)
             outputs.append(x)
         first_token = tf.reshape(x, [batch, seq_length, self.config.hidden_size])[:, 0]
         pooled = tf.tanh(self.pooler(first_token))
@@ -362,6 +407,8 @@ class BertPretrainer(tf.Module):
         Variables, LayerNorm, softmax and losses stay float32.
       seed: seed of the dropout generator.
       xla: the model runs under XLA (jit_compile, TPUs): dropout draws ThreeFry bits.
+      recompute: "none", or "layers": each transformer layer recomputes its activations in
+        the backward pass (same gradients as "none" with ``xla``; same variables).
     """
 
     # The keys of loss_stats (the trainer sums them over steps, micro-batches, replicas).
@@ -369,10 +416,10 @@ class BertPretrainer(tf.Module):
                  "examples")
 
     def __init__(self, config: BertConfig, compute_dtype: str = "float32", seed: int = 0,
-                 xla: bool = False):
+                 xla: bool = False, recompute: str = "none"):
         super().__init__()
         self.config = config
-        self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla)
+        self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla, recompute=recompute)
         self.heads = PretrainingHeads(config, self.encoder.embeddings.word_embeddings,
                                       compute_dtype)
 
@@ -446,11 +493,11 @@ class BertClassifier(tf.Module):
     STAT_KEYS = ("loss_sum", "correct", "examples")
 
     def __init__(self, config: BertConfig, num_labels: int, compute_dtype: str = "float32",
-                 seed: int = 0, xla: bool = False):
+                 seed: int = 0, xla: bool = False, recompute: str = "none"):
         super().__init__()
         self.config = config
         self.num_labels = num_labels
-        self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla)
+        self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla, recompute=recompute)
         self.output_weights = _variable("", "output_weights",
                                         _normal([num_labels, config.hidden_size], 0.02))
         self.output_bias = _variable("", "output_bias", tf.zeros([num_labels]))

@@ -25,6 +25,11 @@ class ExperimentSpec(Spec):
     wall_time_margin_minutes: Optional[float] = setting(
         None, "time kept free before the wall-time budget ends (None: scaled to the budget "
               "and the model)", minimum=0.0)
+    memory_check: str = setting(
+        "error", "a pretraining stage whose memory estimate exceeds the accelerator's: 'error' "
+                 "(refused, with the changes that fit), or 'warn' (planned anyway, the override "
+                 "recorded in the plan's warnings: for users who know the estimate is wrong)",
+        choices=("error", "warn"))
     tpu: Optional[str] = setting(None, "TPU name or grpc:// address (None: $TPU_NAME, else this "
                                        "TPU VM's own)")
     tpu_zone: Optional[str] = setting(None, "the TPU's zone, e.g. 'us-central1-f' (also checked "

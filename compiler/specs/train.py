@@ -30,7 +30,7 @@ class OptimizerSpec(Spec):
 # Params that may change while a run continues from its checkpoints (the resume key leaves
 # them out): how long and how often, never what is computed per step.
 RESUMABLE = ("train_steps", "checkpoint_every", "keep_checkpoints", "log_every",
-             "steps_per_loop", "eval_every", "jit_compile")
+             "steps_per_loop", "eval_every", "jit_compile", "recompute")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +61,10 @@ class TrainSpec(Spec):
     jit_compile: Optional[bool] = setting(None, "XLA-compile the training step (None: where it "
                                                 "is faster, one replica on CPU or GPU; TPU steps "
                                                 "are always compiled)")
+    recompute: str = setting("none", "activation recomputation: 'layers' reruns each "
+                                     "transformer layer in the backward pass (less memory, "
+                                     "more compute; same gradients under XLA)",
+                             choices=("none", "layers"))
     eval_every: int = setting(0, "steps between held-out evaluations during training (0: off)",
                               minimum=0)
     max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)

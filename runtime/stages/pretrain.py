@@ -77,7 +77,8 @@ def run(ctx) -> dict:
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
     xla = loop.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
-        model = BertPretrainer(config, compute_dtype=loop.compute_dtype, seed=seed, xla=xla)
+        model = BertPretrainer(config, compute_dtype=loop.compute_dtype, seed=seed, xla=xla,
+                               recompute=spec.recompute)
         optimizer = optimizer_from_spec(spec.optimization, train_steps, config.hidden_size)
     write_bert_config(config, ctx.work_dir)
 
@@ -129,7 +130,8 @@ def run(ctx) -> dict:
                  f"{strategy.num_replicas_in_sync} replica(s), optimizer "
                  f"{spec.optimization.optimizer}, compute {loop.compute_dtype}"
                  + (f", {loop.grad_accum_steps} micro-batches per step"
-                    if loop.grad_accum_steps > 1 else ""))
+                    if loop.grad_accum_steps > 1 else "")
+                 + (f", recompute {spec.recompute}" if spec.recompute != "none" else ""))
 
     def make_dataset(skip_batches: int) -> PerHostDataset:
         def host_dataset(context: tf.distribute.InputContext):

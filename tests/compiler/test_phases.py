@@ -246,14 +246,16 @@ def test_the_dry_run_estimates_each_phase_and_their_sum(write, minimal):
     assert "memory per replica: about" in total
 
 
-def test_a_phase_that_does_not_fit_the_memory_is_a_warning_at_train_phases(write, minimal):
+def test_a_phase_that_does_not_fit_the_memory_is_an_error_at_train_phases(write, minimal):
     phases = ("train.phases = [{'max_seq_length': 128}, {'max_seq_length': 512, "
               "'max_predictions_per_seq': 80, 'batch_size': 256}]")
     path = _phased(write, minimal, phases, extra="include 'models/bert_base.gin'\n")
-    plan = _plan(path)
-    warning = next(w for w in plan.warnings if "pretraining phase pretrain.phase2 needs" in w)
-    assert "phased.gin:3" in warning and "'grad_accum_steps'" in warning
-    assert not any("pretraining phase pretrain needs" in w for w in plan.warnings)
+    with pytest.raises(UserError) as e:
+        _plan(path)
+    text = str(e.value)
+    assert "phased.gin:3" in text and "error: pretrain.phase2 needs about" in text
+    assert "phase 2's 'grad_accum_steps'" in text
+    assert "error: pretrain needs" not in text
     # Gradient accumulation divides the activations: the same batch then fits.
     fits = _plan(_phased(write, minimal, phases.replace("'batch_size': 256}",
                                                         "'batch_size': 256, "
