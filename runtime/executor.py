@@ -29,10 +29,11 @@ from runexp.compiler.exit_codes import (EXIT_INTERRUPTED, EXIT_OK, EXIT_STAGE_FA
                                         EXIT_USER_ERROR)
 from runexp.compiler.kinds import TF_KINDS, TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
-from runexp.compiler.render import SYMBOLS
+from runexp.compiler.render import STYLES, SYMBOLS
 from runexp.compiler.selection import select
 from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, SKIP, STARTED_FILE,
                                    StageState, plan_states)
+from runexp.compiler.terminal import highlight, paint
 from runexp.runtime.context import StageContext
 
 SUPERSEDED_DIR = ".superseded"
@@ -154,9 +155,9 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
     else:
         local = mirror.local_stage(view, resume=state.action == RESUME)
         ctx = StageContext(stage=local, plan=plan, work_dir=local.output_dir,
-                           sync=lambda: mirror.sync(stage, local.output_dir))
+                           sync=mirror.stage_sync(stage, local.output_dir))
     summary = handler.run(ctx) or {}
-    ctx.sync()
+    ctx.sync()  # after the checkpoint upload in flight, if any
     storage.write_text(storage.join(stage.output_dir, MANIFEST_FILE),
                        _json(_manifest(stage, summary, time.time() - start)))
     storage.write_text(storage.join(stage.output_dir, COMPLETED_FILE), stage.fingerprint + "\n")
@@ -297,7 +298,7 @@ def _run_as_worker(plan: Plan) -> int:
         try:
             handler.run(StageContext(stage=view, plan=plan, work_dir=private))
         except UserError as e:
-            print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
+            print(highlight(f"error in stage {stage.id}:\n{e.render()}"), file=sys.stderr)
             return EXIT_USER_ERROR
         finally:
             shutil.rmtree(private, ignore_errors=True)
@@ -359,7 +360,8 @@ def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> 
     started = time.time()
     for i, stage in enumerate(plan.stages, 1):
         state = states[stage.id]
-        head = f"[{i}/{len(plan.stages)}] {SYMBOLS[state.action]} {stage.id}"
+        head = (f"[{i}/{len(plan.stages)}] "
+                f"{paint(SYMBOLS[state.action], STYLES[state.action])} {stage.id}")
         if state.action == REUSE:
             summaries[stage.id] = _read_summary(stage)
             _say(f"{head}: reused ({state.reason})")
@@ -376,7 +378,7 @@ def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> 
                 _load_tensorflow_quietly(plan.accelerator)
             summary = run_stage(plan, stage, state, mirror)
         except UserError as e:
-            print(f"error in stage {stage.id}:\n{e.render()}", file=sys.stderr)
+            print(highlight(f"error in stage {stage.id}:\n{e.render()}"), file=sys.stderr)
             return EXIT_USER_ERROR
         except storage.StorageError as e:
             print(f"error in stage {stage.id}: {e}\n  hint: finished stages are kept; check "

@@ -9,6 +9,9 @@ The rule:
 - keep free the margin (compiler/wall_time.py) plus one checkpoint at the duration of the
   slowest checkpoint written in this run, its upload on gs:// included (before the first,
   an assumption from the model's size);
+- while a checkpoint uploads in the background (``record_upload_started``, until its
+  ``record_save``), keep free the rest of that upload too: the final save waits for it
+  first. It is expected to take as long as the slowest checkpoint (``save_seconds``);
 - a step costs the slowest per-step time of the last ``window`` calls (the host work after
   a call, logging, included), not the last call's: one slow call raises it at once, only a
   whole window of fast ones lowers it again;
@@ -76,6 +79,7 @@ class StopPlanner:
         self.saves: list[float] = []  # seconds each checkpoint of this run took
         self.evals: list[float] = []  # seconds each held-out evaluation took
         self.last_save_done: float | None = None  # clock() when the latest save ended
+        self._upload_until: float | None = None  # when the upload in flight should end
 
     # -- what was measured ----------------------------------------------------------------
 
@@ -90,9 +94,16 @@ class StopPlanner:
             self._step_times.append(seconds / steps)
 
     def record_save(self, seconds: float) -> None:
-        """A checkpoint took ``seconds`` (written, and uploaded on gs://); it is complete now."""
+        """A checkpoint took ``seconds`` (written, and uploaded on gs://); it is complete now
+        (a background upload: it has just ended)."""
         self.saves.append(float(seconds))
         self.last_save_done = self.clock()
+        self._upload_until = None
+
+    def record_upload_started(self) -> None:
+        """A checkpoint was written and its upload goes on in the background while training
+        does: until ``record_save`` reports it complete, a stop first waits for it."""
+        self._upload_until = self.clock() + self.save_seconds
 
     def record_eval(self, seconds: float) -> None:
         self.evals.append(float(seconds))
@@ -115,9 +126,16 @@ class StopPlanner:
     def seconds_left(self) -> float:
         return self.deadline - self.clock()
 
+    def upload_wait_s(self) -> float:
+        """What a save would first wait for now: the expected rest of the upload in flight."""
+        if self._upload_until is None:
+            return 0.0
+        return max(self._upload_until - self.clock(), 0.0)
+
     def spare_s(self) -> float:
-        """Seconds left after the margin and one checkpoint are kept free."""
-        return self.seconds_left() - self.margin_s - self.save_seconds
+        """Seconds left after the margin, one checkpoint and the rest of the upload in flight
+        are kept free."""
+        return self.seconds_left() - self.margin_s - self.save_seconds - self.upload_wait_s()
 
     def seconds_left_at_save(self) -> float:
         """Seconds between the end of the latest checkpoint of this run and the deadline

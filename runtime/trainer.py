@@ -21,7 +21,10 @@ of a part of a batch whose totals are ``denominators``), and
   ``eval/*`` scalars and ``eval_log.jsonl`` lines;
 - saves ``checkpoints/ckpt-<step>`` every ``checkpoint_every`` steps and at the end, with
   model, optimizer (slots and step), the number of batches consumed (the data position)
-  and, for float16, the loss scale;
+  and, for float16, the loss scale; ``on_checkpoint`` makes each durable (a gs:// run
+  uploads it): in the background while training goes on when it can (it has ``start()``,
+  see runtime/context.py), at most one upload in flight, except the last checkpoint and a
+  stop's, which are complete when training returns or raises;
 - resumes from the latest checkpoint in ``work_dir``: the step continues and the data
   stream skips the batches already consumed;
 - on SIGTERM (checked before every step), saves a checkpoint at the step reached and raises
@@ -104,6 +107,19 @@ class TrainLoopConfig:
     deadline_margin: float | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Saved:
+    """What ``Trainer._save`` did: ``seconds`` training waited for it, ``own_seconds`` of them
+    for this checkpoint (not waiting for the upload before); ``previous``, the background
+    upload before if it ended during this save (its ``seconds``), else None; ``in_flight``:
+    this checkpoint's upload goes on in the background."""
+
+    seconds: float
+    own_seconds: float
+    previous: object
+    in_flight: bool
+
+
 class Trainer:
     """Runs a model's training to ``train_steps`` with checkpoints and logs in work_dir.
 
@@ -115,6 +131,12 @@ class Trainer:
       metrics_fn: summed stats -> metrics dict (must hold "loss").
       progress: reports a progress line.
       on_checkpoint: called after each checkpoint is written (a gs:// run uploads it then).
+        If it also has ``start()`` (-> True when the upload runs in the background),
+        ``poll()`` and ``wait()`` (-> the ended upload with its ``seconds``, or None; raising
+        its error), as ``ctx.sync`` of a gs:// stage has (storage.mirror.StageSync), each
+        checkpoint but the last and a stop's is uploaded in the background: a new one first
+        waits for the one before, and an upload's error is raised in the training thread
+        (between two calls of the loop, at the next checkpoint or at the end).
       eval_dataset: () -> the held-out dataset evaluated every ``config.eval_every`` steps.
     """
 
@@ -289,13 +311,39 @@ class Trainer:
             self._eval_step = eval_step(self.strategy, self.model)
         return evaluate_totals(self.strategy, self.model, self.eval_dataset(), self._eval_step)
 
-    def _save(self, step: int) -> float:
-        """Writes ckpt-<step> and syncs it; returns the seconds it took."""
+    def _save(self, step: int, background: bool = False) -> "_Saved":
+        """Writes ckpt-<step>; waits for the background upload of the checkpoint before, if
+        still in flight (this save may just have deleted that one's files, keep-last-K: the
+        upload reads a snapshot); then syncs ckpt-<step>, or with ``background`` starts its
+        upload if ``on_checkpoint`` can (class docstring)."""
         t0 = time.perf_counter()
         self.manager.save(checkpoint_number=step)
+        t1 = time.perf_counter()
+        previous = self._upload_ended(block=True)
+        waited = time.perf_counter() - t1
+        in_flight = False
         if self.on_checkpoint is not None:
-            self.on_checkpoint()
-        return time.perf_counter() - t0
+            start = getattr(self.on_checkpoint, "start", None) if background else None
+            if start is not None:
+                in_flight = bool(start())
+            else:
+                self.on_checkpoint()
+        seconds = time.perf_counter() - t0
+        return _Saved(seconds, seconds - waited, previous, in_flight)
+
+    def _upload_ended(self, block: bool):
+        """The background upload that ended (``block``: waits for the one in flight), or
+        None; raises its error."""
+        ended = getattr(self.on_checkpoint, "wait" if block else "poll", None)
+        return ended() if ended is not None else None
+
+    def _settle_upload(self) -> None:
+        """Training failed: lets the upload in flight end, so the last good checkpoint is
+        durable; its own error is reported, not raised over the one that ends training."""
+        try:
+            self._upload_ended(block=True)
+        except Exception as e:  # noqa: BLE001 - reported; the first error goes on
+            self.progress(f"the checkpoint upload in flight failed too: {e}")
 
     def train(self, make_dataset: Callable[[int], tf.data.Dataset]) -> dict:
         """Trains from the latest checkpoint (or from scratch) to ``train_steps``.
@@ -344,6 +392,9 @@ class Trainer:
             with PreemptionWatcher(self.stop_requested) as watcher:
                 return self._run(iterator, RunLog(self.work_dir, writer), watcher, start,
                                  resumed_from, planner)
+        except Exception:
+            self._settle_upload()
+            raise
         finally:
             writer.close()
 
@@ -390,18 +441,36 @@ class Trainer:
         steady_time, steady_steps, first_call = 0.0, 0, True
         step, metrics, eps, eval_metrics = start, {}, float("nan"), None
         saved_step = checkpoint_step(resumed_from) if resumed_from else None
+        uploading = None  # the seconds the checkpoint uploading in the background took here
 
-        def save() -> float:
-            nonlocal saved_step
-            seconds = self._save(step)
+        def upload_ended(job) -> None:
+            """The background upload ended (``job``, None: not yet): the planner learns what
+            its checkpoint took, written and uploaded."""
+            nonlocal uploading
+            if job is not None and uploading is not None:
+                if planner is not None:
+                    planner.record_save(uploading + job.seconds)
+                uploading = None
+
+        def save(background: bool = False) -> float:
+            """A checkpoint at ``step``; returns the seconds training waited for it."""
+            nonlocal saved_step, uploading
+            saved = self._save(step, background)
             saved_step = step
-            if planner is not None:
-                planner.record_save(seconds)
-            return seconds
+            upload_ended(saved.previous)
+            if saved.in_flight:
+                uploading = saved.own_seconds
+                if planner is not None:
+                    planner.record_upload_started()
+            elif planner is not None:  # complete: written and uploaded
+                planner.record_save(saved.seconds)
+            return saved.seconds
 
         def stop(error_cls, **kw):
             if step != saved_step:
                 save()
+            else:  # the checkpoint at this step is complete once uploaded
+                upload_ended(self._upload_ended(block=True))
             log.writer.flush()
             if error_cls is DeadlineReached:
                 kw["seconds_left"] = self._deadline_stop_record(log, planner, step)
@@ -410,6 +479,7 @@ class Trainer:
             raise error
 
         while step < cfg.train_steps:
+            upload_ended(self._upload_ended(block=False))
             if watcher.requested:
                 stop(Preempted, reason=watcher.requested)
             n = self._next_call_steps(step)
@@ -483,7 +553,10 @@ class Trainer:
                                   "close to the wall-time deadline")
             if step % cfg.checkpoint_every == 0 or at_end:
                 log.writer.flush()
-                window_start += save()
+                # The last one is complete when train() returns; the others upload while
+                # training goes on.
+                window_start += save(background=not at_end)
+        upload_ended(self._upload_ended(block=True))  # none after the last save: certainty
         out = {"step": step, **metrics, "examples_per_second": eps,
                "resumed_from": resumed_from, "steps_trained": step - start,
                "checkpoint": self.manager.latest_checkpoint}

@@ -13,9 +13,23 @@ local paths). For a gs:// experiment the executor therefore gives each handler a
 - the handler writes into a local work directory; a resumed training stage's starts as a
   copy of the remote one, less checkpoint files the pointer does not list (what a run killed
   mid-upload or mid-deletion left);
-- `sync` uploads what changed (verified), TensorFlow's `checkpoint` state file last, so the
-  remote "latest" only ever names a checkpoint whose files are all uploaded; remote files that
-  disappeared locally (checkpoints dropped by keep-last-K) are deleted only after that.
+- `sync` uploads what changed (verified, `transfer.TRANSFER_THREADS` files at once): every
+  other file, then checkpoints' .index files (without one TensorFlow sees no checkpoint),
+  then TensorFlow's `checkpoint` state file, so the remote "latest" only ever names a
+  checkpoint whose files are all uploaded; remote files that disappeared locally (checkpoints
+  dropped by keep-last-K) are deleted only after that, .index first.
+
+The handler's `ctx.sync` is a `StageSync`: called, it waits for the upload in flight and
+syncs at once; `start()` (the trainer, after each checkpoint but the last) freezes what is to
+upload and uploads it in a background thread while training goes on. At most one upload is in
+flight: the next `start()` or call waits for it, and raises its error if it failed. The frozen
+copy (`snapshot`) is a staging directory next to the work directory: checkpoint files
+hard-linked (TensorFlow's CheckpointManager deletes old checkpoints while their upload may
+still read them; a link keeps the bytes; copied where linking fails), other files copied
+(logs grow while training goes on). The snapshot's file list is what the remote keeps: its
+pointer names only checkpoints of that list, and only files missing from it are deleted.
+`RUNEXP_CHECKPOINT_UPLOAD=sync` makes `start()` upload in the foreground (the old behaviour,
+for comparisons: bench/checkpoint_upload.py).
 
 The executor then writes MANIFEST.json and COMPLETED remotely, COMPLETED last.
 """
@@ -32,10 +46,18 @@ import shutil
 from runexp.compiler import globs, uris
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime import storage
+from runexp.runtime.storage import transfer
+from runexp.runtime.storage.background import Background, Job
 
 # Written last by sync: TensorFlow's pointer to the latest checkpoint.
 CHECKPOINT_STATE = "checkpoints/checkpoint"
 MIRROR_MARK = ".runexp-mirror"
+# Next to a stage's work directory: the files of the checkpoint upload in flight.
+STAGING_SUFFIX = ".upload"
+# Remote files of a stage that sync never deletes (the executor's).
+EXECUTOR_FILES = ("STARTED.json", "MANIFEST.json", "COMPLETED")
+# "sync": StageSync.start() uploads in the foreground, like a call.
+UPLOAD_MODE_ENV = "RUNEXP_CHECKPOINT_UPLOAD"
 
 
 def cache_root(output_root: str) -> str:
@@ -155,8 +177,9 @@ class Mirror:
         """The stage as its handler sees it: local inputs and a local work directory."""
         inputs = {k: self._localize(v) for k, v in stage.inputs.items()}
         work = self.local_dir(stage) + ".work"
-        if os.path.isdir(work):
-            shutil.rmtree(work)
+        for leftover in (work, self.staging_dir(stage)):  # a killed run's
+            if os.path.isdir(leftover):
+                shutil.rmtree(leftover)
         synced = {}
         if resume and storage.exists(stage.output_dir):
             storage.download_dir(stage.output_dir, work)
@@ -167,36 +190,147 @@ class Mirror:
         self._synced[stage.id] = synced
         return dataclasses.replace(stage, inputs=inputs, output_dir=work)
 
+    def staging_dir(self, stage: Stage) -> str:
+        return self.local_dir(stage) + STAGING_SUFFIX
+
     def sync(self, stage: Stage, work: str) -> None:
-        """Uploads new and changed files of `work`, the checkpoint pointer last, then deletes
-        remote files that no longer exist locally."""
+        """Uploads new and changed files of `work`, .index files and then the checkpoint
+        pointer last, then deletes remote files that no longer exist locally."""
+        self.upload(self.snapshot(stage, work, staged=False))
+
+    def snapshot(self, stage: Stage, work: str, staged: bool = True) -> "Snapshot":
+        """What `sync` would upload now. ``staged``: frozen into the staging directory (hard
+        links for checkpoint files, copies of the others), so that the work directory may
+        change while it uploads; else read from `work` itself."""
         seen = self._synced.setdefault(stage.id, {})
-        local_files = _file_states(work)
-        order = sorted(r for r in local_files if r != CHECKPOINT_STATE)
-        if CHECKPOINT_STATE in local_files:
-            order.append(CHECKPOINT_STATE)
-        for rel in order:
-            if seen.get(rel) != local_files[rel]:
-                storage.upload_file(os.path.join(work, rel), storage.join(stage.output_dir, rel))
-                seen[rel] = local_files[rel]
+        states = _file_states(work)
+        changed = {rel: st for rel, st in states.items() if seen.get(rel) != st}
+        source, staging = work, None
+        if staged:
+            source = staging = self.staging_dir(stage)
+            if os.path.isdir(staging):
+                shutil.rmtree(staging)
+            for rel in sorted(changed):
+                src = os.path.join(work, *rel.split("/"))
+                dst = os.path.join(staging, *rel.split("/"))
+                os.makedirs(os.path.dirname(dst), exist_ok=True)
+                try:
+                    _freeze(src, dst, link=_is_checkpoint_file(rel))
+                except FileNotFoundError:  # gone since listed: not part of this snapshot
+                    del changed[rel], states[rel]
+        return Snapshot(stage, source, changed, frozenset(states), staging)
+
+    def upload(self, snapshot: "Snapshot") -> None:
+        """Uploads a snapshot (module docstring: the order), then deletes the remote files
+        it does not hold. Safe to cut short anywhere."""
+        stage, seen = snapshot.stage, self._synced.setdefault(snapshot.stage.id, {})
+        rels = sorted(snapshot.changed)
+        indexes = [r for r in rels if r.endswith(".index") and _is_checkpoint_file(r)]
+        others = [r for r in rels if r != CHECKPOINT_STATE and r not in indexes]
+        pointer = [CHECKPOINT_STATE] if CHECKPOINT_STATE in snapshot.changed else []
+        for phase in (others, indexes, pointer):
+            transfer.upload_files([(os.path.join(snapshot.source, *rel.split("/")),
+                                    storage.join(stage.output_dir, rel)) for rel in phase])
+            seen.update({rel: snapshot.changed[rel] for rel in phase})
         prefix = stage.output_dir.rstrip("/") + "/"
         stale = [uri for uri in storage.list(stage.output_dir)
-                 if uri[len(prefix):] not in local_files
-                 and uri[len(prefix):] not in ("STARTED.json", "MANIFEST.json", "COMPLETED")]
+                 if uri[len(prefix):] not in snapshot.files
+                 and uri[len(prefix):] not in EXECUTOR_FILES]
         # A checkpoint's .index first: without it TensorFlow sees no checkpoint there, so a
         # deletion cut short never leaves something that looks like a whole one.
         for uri in sorted(stale, key=lambda u: not u.endswith(".index")):
             storage.delete(uri, missing_ok=True)
             seen.pop(uri[len(prefix):], None)
+        if snapshot.staging:
+            shutil.rmtree(snapshot.staging, ignore_errors=True)
+
+    def stage_sync(self, stage: Stage, work: str) -> "StageSync":
+        """The handler's ``ctx.sync`` for `stage` working in `work`."""
+        return StageSync(self, stage, work)
 
     def finish(self, stage: Stage, work: str) -> None:
         """After the stage completed remotely: the work directory becomes the mirror."""
         local = self.local_dir(stage)
+        shutil.rmtree(self.staging_dir(stage), ignore_errors=True)
         if os.path.isdir(local):
             shutil.rmtree(local)
         os.replace(work, local)
         with open(os.path.join(local, MIRROR_MARK), "w") as f:
             f.write(stage.fingerprint)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """Files to upload, frozen: ``changed`` ({relative path: state}) read from ``source``;
+    ``files``, every file the work directory held (the remote keeps these); ``staging``, the
+    directory to remove once uploaded (None: ``source`` is the work directory)."""
+
+    stage: Stage
+    source: str
+    changed: dict
+    files: frozenset
+    staging: str | None
+
+
+class StageSync:
+    """``ctx.sync`` of a stage on a gs:// output root (module docstring).
+
+    Calling it syncs now (after the upload in flight). ``start()`` starts a background
+    upload of what is there now; True if it runs in the background, False if it was done
+    in the foreground (``RUNEXP_CHECKPOINT_UPLOAD=sync``). ``poll()`` / ``wait()`` return the
+    background upload's ``Job`` (``seconds``: how long it took) once it ended, raising its
+    error; ``in_flight`` is the job running now, or None.
+    """
+
+    def __init__(self, mirror: Mirror, stage: Stage, work: str):
+        self.mirror, self.stage, self.work = mirror, stage, work
+        self.background = os.environ.get(UPLOAD_MODE_ENV, "background") != "sync"
+        self._worker = Background("checkpoint upload")
+
+    def __call__(self) -> None:
+        self.wait()
+        self.mirror.sync(self.stage, self.work)
+
+    def start(self) -> bool:
+        self.wait()
+        if not self.background:
+            self.mirror.sync(self.stage, self.work)
+            return False
+        snapshot = self.mirror.snapshot(self.stage, self.work)
+        self._worker.submit(lambda: self.mirror.upload(snapshot),
+                            what=f"upload of {self.stage.id}")
+        return True
+
+    def poll(self) -> Job | None:
+        return self._worker.poll()
+
+    def wait(self) -> Job | None:
+        return self._worker.wait()
+
+    @property
+    def in_flight(self) -> Job | None:
+        return self._worker.in_flight
+
+
+def _is_checkpoint_file(rel: str) -> bool:
+    """A training checkpoint's .index or .data file: written once, never changed."""
+    directory, _, name = rel.rpartition("/")
+    return directory == CHECKPOINT_STATE.rpartition("/")[0] and \
+        _CHECKPOINT_FILE.match(name) is not None
+
+
+def _freeze(src: str, dst: str, link: bool) -> None:
+    """``dst`` becomes a copy of ``src`` that later changes of ``src`` leave alone: a hard
+    link for a file never written again (``link``), else (or where linking fails) a copy."""
+    if link:
+        try:
+            os.link(src, dst)
+            return
+        except FileNotFoundError:
+            raise
+        except OSError:  # another filesystem, no hard links there, the link limit
+            pass
+    shutil.copyfile(src, dst)
 
 
 def _file_states(work: str) -> dict[str, tuple]:

@@ -1,11 +1,22 @@
 """Verified copies between local files and storage (local or ``gs://``): every file is
 checked after the transfer, size and crc32c (md5 where crc32c is absent) of the local file
 against what the other side reports; a mismatch raises ``IntegrityError``, and a download
-takes its final name only once checked."""
+takes its final name only once checked.
+
+Directories (``upload_dir``, ``download_dir``) and lists of files (``upload_files``) move
+``TRANSFER_THREADS`` files at once: a thread pool over the verified one-file functions, so
+each file keeps its own retries (retry.py), verification and, for a download, its temporary
+name. google-cloud-storage's ``transfer_manager`` is not used: it calls the library's own
+upload and download methods with the library's retry, so runexp's retry budget, counters and
+error translation would not apply; ``download_many`` writes to the final path directly (a
+failed transfer leaves a partial file under the real name) and checks nothing against the
+listing; its default workers are processes that rebuild the client from pickles.
+"""
 
 from __future__ import annotations
 
 import base64
+import concurrent.futures
 import os
 import tempfile
 
@@ -14,6 +25,9 @@ from runexp.runtime.storage.gcs_client import blob_of, client, gcs_call, list_ob
 from runexp.runtime.storage.local_files import atomic_write, copy_into, walk_files
 from runexp.runtime.storage.paths import as_str, is_gcs, join, split_gcs
 from runexp.runtime.storage.retry import retry_policy
+
+# Files a directory transfer moves at once.
+TRANSFER_THREADS = 8
 
 
 def upload_file(path: str, uri: str) -> None:
@@ -69,16 +83,53 @@ def upload_dir(local_dir: str, uri_prefix: str) -> list[str]:
     Symlinks that lead outside ``local_dir`` are refused."""
     local_dir, uri_prefix = as_str(local_dir), as_str(uri_prefix)
     root = os.path.realpath(local_dir)
-    written = []
+    pairs = []
     for path in sorted(walk_files(local_dir)):
         real = os.path.realpath(path)
         if os.path.commonpath([root, real]) != root:
             raise StorageError(f"refusing to upload {path}: it leads outside {local_dir}", path)
         rel = os.path.relpath(path, local_dir).replace(os.sep, "/")
-        dest = join(uri_prefix, rel)
-        upload_file(path, dest)
-        written.append(dest)
-    return sorted(written)
+        pairs.append((path, join(uri_prefix, rel)))
+    upload_files(pairs)
+    return sorted(dest for _, dest in pairs)
+
+
+def upload_files(pairs, threads: int | None = None) -> None:
+    """``upload_file`` for each ``(path, uri)`` of ``pairs``, ``threads`` (default
+    ``TRANSFER_THREADS``) at a time. The first error is raised once the transfers under way
+    ended (those not started are dropped)."""
+    run_parallel([lambda p=path, u=uri: upload_file(p, u) for path, uri in pairs], threads)
+
+
+def run_parallel(jobs, threads: int | None = None) -> None:
+    """Calls each of ``jobs`` (no arguments) on a pool of ``threads`` (default
+    ``TRANSFER_THREADS``) threads. After an error no job starts any more; the first error (in
+    the order of ``jobs``) is raised once the jobs under way ended. One job, or one thread:
+    in the calling thread."""
+    jobs = list(jobs)
+    threads = TRANSFER_THREADS if threads is None else threads
+    if len(jobs) <= 1 or threads <= 1:
+        for job in jobs:
+            job()
+        return
+    failed = []
+
+    def guarded(job):
+        if failed:
+            return None  # an earlier job failed: drop the ones not started
+        try:
+            return job()
+        except BaseException as exc:
+            failed.append(exc)
+            raise
+
+    with concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(threads, len(jobs)), thread_name_prefix="runexp-transfer") as pool:
+        futures = [pool.submit(guarded, job) for job in jobs]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
 
 
 def download_dir(uri_prefix: str, local_dir: str) -> list[str]:
@@ -93,19 +144,25 @@ def download_dir(uri_prefix: str, local_dir: str) -> list[str]:
     else:
         entries = [(p, None) for p in sorted(walk_files(uri_prefix))]
     base = uri_prefix.rstrip("/") + "/"
+    jobs = []
     for uri, blob in entries:
         rel = uri[len(base):] if uri.startswith(base) else os.path.relpath(uri, uri_prefix)
         dest = os.path.join(local_dir, *rel.split("/"))
         if os.path.commonpath([root, os.path.realpath(dest)]) != root:
             raise StorageError(f"refusing to download {uri}: it would land outside "
                                f"{local_dir}", uri)
-        if blob is None:
-            atomic_write(dest, lambda f, src=uri: copy_into(src, f))
-            _verify(dest, _local_checksums(dest), _local_checksums(uri))
-        else:
-            _download_file_verified(blob, uri, dest)
+        jobs.append(lambda uri=uri, blob=blob, dest=dest: _download_one(uri, blob, dest))
         written.append(dest)
+    run_parallel(jobs)
     return sorted(written)
+
+
+def _download_one(uri: str, blob, dest: str) -> None:
+    if blob is None:
+        atomic_write(dest, lambda f: copy_into(uri, f))
+        _verify(dest, _local_checksums(dest), _local_checksums(uri))
+    else:
+        _download_file_verified(blob, uri, dest)
 
 
 def _upload_file_verified(path: str, uri: str) -> None:

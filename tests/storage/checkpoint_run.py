@@ -9,8 +9,9 @@ In the test process:
 As a child process a test can kill (storage settings come from the environment, e.g.
 STORAGE_EMULATOR_HOST and RUNEXP_CACHE_DIR):
     python checkpoint_run.py SPEC.json
-SPEC: {"root", "data_dir", "params" (tiny_plan's overrides), "retry" (RetryPolicy fields)};
-the exit code is run_plan's.
+SPEC: {"root", "data_dir", "params" (tiny_plan's overrides), "retry" (RetryPolicy fields),
+"deterministic" (TensorFlow's op determinism: runs that must end bitwise equal)}; the exit code
+is run_plan's.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ def main(spec_path: str) -> int:
         spec = json.load(f)
     from runexp.runtime import executor, storage
 
+    if spec.get("deterministic"):
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
     storage.set_retry_policy(storage.RetryPolicy(**spec.get("retry", {})))
     return executor.run_plan(tiny_plan(spec["root"], spec["data_dir"], **spec["params"]))
 

@@ -11,6 +11,8 @@ Stdlib only. Point ``STORAGE_EMULATOR_HOST`` at ``proxy.endpoint`` and queue fau
     proxy.hook(fn)                               # before forwarding: fn(method, path) ->
                                                  # (status, body) to answer, or None to go on
     proxy.fail(503, match="upload", key="/ckpt-4.index")  # only uploads of that object
+    proxy.latency(0.05, match="upload")          # every upload waits 50 ms first (until
+                                                 # proxy.latency(0): a slow link, not a fault)
 
 Each request takes the first queued fault whose ``match`` fits it ("any", "upload",
 "download", or a regex searched in "METHOD /path?query") and whose ``key`` regex, if
@@ -21,9 +23,10 @@ requests through untouched; a fault is used ``times`` times, then dropped.
 ``hook`` may block (e.g. on a ``threading.Event``) to hold a request in flight while a test
 kills the client.
 Every request is logged in ``proxy.log`` as a (method, path, outcome) tuple whose ``key``
-attribute is the name of the object concerned, when known. The proxy serves one
-request per connection (HTTP/1.0, like the emulator), with socket timeouts, in daemon threads;
-``stop()`` shuts it down (the fixture does).
+attribute is the name of the object concerned, when known. ``max_in_flight`` is the most
+requests the proxy was handling at once (``reset_in_flight()`` restarts the count). The proxy
+serves one request per connection (HTTP/1.0, like the emulator), with socket timeouts, in
+daemon threads; ``stop()`` shuts it down (the fixture does).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import re
 import socket
 import struct
 import threading
+import time
 from urllib.parse import parse_qs, unquote, urlparse
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
@@ -106,7 +110,10 @@ class FaultProxy:
         self.socket_timeout = socket_timeout
         self.log: list[Request] = []
         self.injected = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
         self._faults: list[Fault] = []
+        self._delays: list[tuple[float, Fault]] = []
         self._lock = threading.Lock()
         proxy = self
 
@@ -158,6 +165,30 @@ class FaultProxy:
              key: str | None = None) -> None:
         """Before forwarding, call ``fn(method, path)``: (status, body) answers, None goes on."""
         self._add(Fault("hook", times, match, skip, fn=fn, key=key))
+
+    def latency(self, seconds: float, match: str = "any") -> None:
+        """Every request that ``match`` fits (as for faults) waits ``seconds`` before it is
+        handled, for good; requests fitting several rules wait for the first one added.
+        ``latency(0)`` removes every rule. Concurrent requests wait concurrently."""
+        with self._lock:
+            if seconds <= 0:
+                self._delays.clear()
+            else:
+                self._delays.append((float(seconds), Fault("latency", 0, match)))
+
+    def reset_in_flight(self) -> None:
+        with self._lock:
+            self.max_in_flight = self.in_flight
+
+    def _delay(self, method: str, target: str) -> float:
+        with self._lock:
+            return next((seconds for seconds, rule in self._delays
+                         if rule.fits(method, target, None)), 0.0)
+
+    def _enter(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def clear(self) -> None:
         with self._lock:
@@ -223,6 +254,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     def _handle(self):
+        self.owner._enter(+1)
+        try:
+            delay = self.owner._delay(self.command, self.path)
+            if delay:
+                time.sleep(delay)
+            self._handle_request()
+        finally:
+            self.owner._enter(-1)
+
+    def _handle_request(self):
         owner, method, target = self.owner, self.command, self.path
         length = int(self.headers.get("Content-Length") or 0)
         body = None

@@ -13,6 +13,12 @@ GCS server, then checks what a user relies on:
 - a rerun resumes from the last committed checkpoint (not from scratch), finishes, and
   leaves no stray checkpoint files behind.
 
+Checkpoints but the last upload in the background while training goes on (at most one in
+flight); the last scenarios hold such an upload at the proxy: killed then, the rerun ends
+bitwise where an uninterrupted run ends (both with TensorFlow's op determinism); keep-last-K
+deleting the held checkpoint's local files does not stop its upload (it reads a snapshot);
+an upload's error ends the stage from the training thread.
+
 Each scenario prints one line "CHECKPOINT FAULT <scenario>: ..." (run with -s) with the
 retries made, the seconds they cost, the training steps redone and the wall times.
 """
@@ -68,18 +74,27 @@ class Experiment:
         self.output = out.getvalue()
         return code
 
-    def spawn(self, **params) -> subprocess.Popen:
-        """Runs the experiment in a child process (a test kills it); output in child.log."""
-        spec = self.tmp_path / "spec.json"
-        spec.write_text(json.dumps({"root": self.root, "data_dir": self.data_dir,
-                                    "params": params, "retry": self.retry}))
-        log = open(self.tmp_path / "child.log", "wb")
+    def spawn(self, root: str | None = None, name: str = "child",
+              deterministic: bool = False, storage_host: str | None = None,
+              **params) -> subprocess.Popen:
+        """Runs the experiment (at ``root``, default this one's) in a child process (a test
+        kills it); output in <name>.log. ``deterministic``: TensorFlow's op determinism;
+        ``storage_host``: the GCS endpoint, if not the proxy."""
+        spec = self.tmp_path / f"{name}.json"
+        spec.write_text(json.dumps({"root": root or self.root, "data_dir": self.data_dir,
+                                    "params": params, "retry": self.retry,
+                                    "deterministic": deterministic}))
+        env = dict(os.environ)
+        if storage_host:
+            env["STORAGE_EMULATOR_HOST"] = storage_host
+        log = open(self.tmp_path / f"{name}.log", "wb")
         with log:
             return subprocess.Popen([sys.executable, CHILD, str(spec)], stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=env)
 
-    def child_log(self) -> str:
-        return (self.tmp_path / "child.log").read_text(errors="replace")[-3000:]
+    def child_log(self, name: str = "child", tail: int = 3000) -> str:
+        return (self.tmp_path / f"{name}.log").read_text(errors="replace")[-tail:]
 
     def committed(self, strict: bool = False) -> list[int]:
         """The steps of the checkpoints the remote pointer lists, after checking that each
@@ -137,12 +152,20 @@ class Experiment:
                     f"{name} deleted before a newer checkpoint was committed "
                     f"(newest committed: ckpt-{newest_committed})")
 
-    def resume(self, from_step: int, train_steps: int = 6, **params) -> dict:
+    def resume(self, from_step: int, train_steps: int = 6, deterministic: bool = False,
+               **params) -> dict:
         """Reruns; checks that it resumed from ckpt-<from_step>, trained only the steps
         left, completed the stage and left a consistent set, without uploading again the
-        checkpoint it resumed from; returns the summary."""
+        checkpoint it resumed from; returns the summary. ``deterministic``: in a child
+        process with TensorFlow's op determinism."""
         start = len(self.proxy.log)
-        code = self.run(train_steps=train_steps, **params)
+        if deterministic:
+            child = self.spawn(name="resume", deterministic=True, train_steps=train_steps,
+                               **params)
+            code = child.wait(timeout=600)  # only ends a hang
+            self.output = self.child_log("resume", tail=10 ** 6)
+        else:
+            code = self.run(train_steps=train_steps, **params)
         assert code == EXIT_OK, self.output[-3000:]
         assert "> pretrain: resuming" in self.output, self.output[-2000:]
         summary = json.loads(storage.read_text(f"{self.stage_uri}/MANIFEST.json"))["summary"]
@@ -346,3 +369,163 @@ def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(exper
                         .splitlines()[-1])
     assert record["event"] == "deadline_stop" and record["step"] == last
     assert 0 < record["deadline_seconds_left"] <= deadline - max(committed_at) + 0.01  # rounding
+
+
+# -- background uploads: training goes on while a checkpoint uploads ----------------------------
+
+def until(condition, child: subprocess.Popen, what: str, log, timeout: float = 600) -> None:
+    """Waits for ``condition``; ``timeout`` only ends a hang (the child is held)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert child.poll() is None, f"the child ended before {what}:\n{log()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}:\n{log()}"
+        time.sleep(0.05)
+
+
+def final_state(experiment: Experiment, stage_uri: str, name: str) -> dict:
+    """{tensor name: value} of the checkpoint the pointer at ``stage_uri`` names latest."""
+    import tensorflow as tf
+
+    experiment.proxy.clear()
+    ckpt_uri = f"{stage_uri}/checkpoints"
+    pointer = storage.read_text(f"{ckpt_uri}/checkpoint")
+    latest = re.search(r'^model_checkpoint_path: "([^"]+)"', pointer, re.M).group(1)
+    local = experiment.tmp_path / "state" / name
+    for uri in storage.glob(f"{ckpt_uri}/{latest}.*"):
+        storage.download_file(uri, str(local / uri.rsplit("/", 1)[1]))
+    reader = tf.train.load_checkpoint(str(local / latest))
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
+            if not n.startswith(("save_counter", "_CHECKPOINTABLE"))}
+
+
+def train_log(stage_uri: str) -> dict:
+    """{step: the train_log.jsonl record without its timings} of a finished stage."""
+    lines = storage.read_text(f"{stage_uri}/train_log.jsonl").splitlines()
+    return {r["step"]: {k: v for k, v in r.items()
+                        if k not in ("time", "examples_per_second", "step_time")}
+            for r in map(json.loads, lines) if "event" not in r}
+
+
+def test_killed_while_a_background_upload_is_held_resumes_exactly(experiment, gcs_emulator):
+    """ckpt-4's upload is held in flight; training goes on to step 6 meanwhile (its save,
+    the last, then waits for ckpt-4's upload), and the process is killed there. The bucket
+    still names ckpt-2, whole; the rerun resumes from it and ends exactly where an
+    uninterrupted run ends: the same weights and optimizer slots, bit for bit, the same
+    metrics."""
+    import numpy as np
+
+    reference_root = experiment.root + "-reference"
+    # Alongside, straight to the server: none of its requests meet the proxy's faults or
+    # enter its log (the checks of the chain read it).
+    reference = experiment.spawn(root=reference_root, name="reference", deterministic=True,
+                                 storage_host=gcs_emulator[0])
+    hold = Hold()
+    experiment.proxy.hook(hold, match="upload", key=r"/ckpt-4\.data-")
+    t0 = time.monotonic()
+    child = experiment.spawn(deterministic=True)
+    try:
+        assert hold.arrived.wait(timeout=600), experiment.child_log()  # only ends a hang
+        # Training went on while ckpt-4 was uploading: step 6's line is printed before its
+        # save, which then waits for the upload in flight.
+        until(lambda: "step 6/6" in experiment.child_log(), child, "step 6",
+              experiment.child_log)
+        time.sleep(0.5)  # the final save reaches its wait for ckpt-4's upload
+        assert child.poll() is None, experiment.child_log()
+        child.kill()
+        child.wait(timeout=30)
+    finally:
+        hold.released.set()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    killed = time.monotonic() - t0
+    assert child.returncode == -9, experiment.child_log()
+    assert experiment.committed() == [2]
+    assert not storage.glob(f"{experiment.ckpt_uri}/ckpt-4.index")
+    assert not storage.exists(f"{experiment.stage_uri}/COMPLETED")
+    t1 = time.monotonic()
+    summary = experiment.resume(from_step=2, deterministic=True)
+    resumed = time.monotonic() - t1
+    assert reference.wait(timeout=600) == EXIT_OK, experiment.child_log("reference")
+    reference_stage = f"{reference_root}/{checkpoint_run.STAGE_ID}"
+    expected = json.loads(storage.read_text(f"{reference_stage}/MANIFEST.json"))["summary"]
+    for key in ("step", "loss", "mlm_accuracy", "nsp_accuracy", "batches_consumed"):
+        assert summary[key] == expected[key], key
+    assert train_log(experiment.stage_uri) == train_log(reference_stage)
+    final = final_state(experiment, experiment.stage_uri, "resumed")
+    want = final_state(experiment, reference_stage, "reference")
+    assert set(final) == set(want) and any("optimizer/m/" in n for n in want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(final[name], value, err_msg=name)
+    report("SIGKILL while a background upload (ckpt-4) is held, training at step 6",
+           redone=4, killed_child=killed, resume=resumed)
+
+
+def test_a_checkpoint_dropped_locally_still_uploads_from_its_snapshot(experiment):
+    """keep 1: saving ckpt-6 deletes ckpt-4's local files while ckpt-4's upload is held in
+    flight. The upload reads its snapshot (hard links): once released it completes, and the
+    bucket ends with ckpt-6 alone, every deletion after the commit that replaced it."""
+    from runexp.runtime.storage import mirror
+
+    hold = Hold()
+    experiment.proxy.hook(hold, match="upload", key=r"/ckpt-4\.data-")
+    work = os.path.join(mirror.cache_root(experiment.root), "stages",
+                        checkpoint_run.STAGE_ID + ".work", "checkpoints")
+    seen = {}
+
+    def release_when_dropped():
+        try:
+            if hold.arrived.wait(timeout=600):
+                give_up = time.monotonic() + 600  # only ends a hang
+                while time.monotonic() < give_up and (
+                        os.path.exists(os.path.join(work, "ckpt-4.index"))
+                        or not os.path.exists(os.path.join(work, "ckpt-6.index"))):
+                    time.sleep(0.02)
+                seen["dropped while held"] = not os.path.exists(
+                    os.path.join(work, "ckpt-4.index"))
+        finally:
+            hold.released.set()
+
+    helper = threading.Thread(target=release_when_dropped, daemon=True)
+    helper.start()
+    t0 = time.monotonic()
+    code = experiment.run(keep_checkpoints=1)
+    helper.join(timeout=30)
+    assert code == EXIT_OK, experiment.output[-3000:]
+    assert seen == {"dropped while held": True}
+    uploads = [(e.key.rsplit("/", 1)[1], e[2]) for e in experiment.proxy.log
+               if e[1].startswith("/upload/") and "/ckpt-4." in (e.key or "")]
+    assert ("ckpt-4.data-00000-of-00001", "hook 503") in uploads  # held, then dropped
+    assert ("ckpt-4.data-00000-of-00001", "200") in uploads  # the retry, from the snapshot
+    assert ("ckpt-4.index", "200") in uploads
+    assert experiment.committed(strict=True) == [6]
+    experiment.assert_deletions_follow_commits()
+    stage_dir = os.path.join(mirror.cache_root(experiment.root), "stages",
+                             checkpoint_run.STAGE_ID)
+    assert not os.path.exists(stage_dir + mirror.STAGING_SUFFIX)
+    report("keep-last-1 drops ckpt-4 locally while its upload is held", redone=0,
+           run=time.monotonic() - t0)
+
+
+def test_a_background_upload_error_is_raised_in_the_training_thread(experiment):
+    """ckpt-2's upload fails past the retry budget in the background: the stage fails with
+    that error (not lost, nothing committed) instead of going on as if it were saved; the
+    rerun starts over and completes."""
+    experiment.proxy.fail(503, times=100, match="upload", key=r"/ckpt-2\.data-")
+    t0 = time.monotonic()
+    assert experiment.run() == EXIT_STAGE_FAILED, experiment.output[-3000:]
+    failed = time.monotonic() - t0
+    assert "ckpt-2.data-00000-of-00001: gave up after 6 tries" in experiment.output
+    assert not storage.exists(f"{experiment.ckpt_uri}/checkpoint")
+    assert not storage.exists(f"{experiment.stage_uri}/COMPLETED")
+    # The training thread raised it: at its next look between two calls or at ckpt-4's save,
+    # before the last checkpoint.
+    assert not storage.glob(f"{experiment.ckpt_uri}/ckpt-6.*")
+    experiment.proxy.clear()
+    t1 = time.monotonic()
+    assert experiment.run() == EXIT_OK, experiment.output[-3000:]
+    assert "> pretrain: resuming" not in experiment.output
+    assert experiment.committed(strict=True) == [4, 6]
+    stats = report("a background upload fails past the budget", redone=4, failed_run=failed,
+                   rerun=time.monotonic() - t1)
+    assert stats.gave_up == 1
