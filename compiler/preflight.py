@@ -84,7 +84,15 @@ def preflight(plan: Plan, offline: bool = False) -> list[str]:
     """The findings for `plan` (see the module docstring); ``offline`` (`--offline` dry
     runs): storage is not asked, and the plan says so."""
     if not uris.is_gcs(plan.output_root):
-        return _local_root(plan.output_root)
+        findings = _local_root(plan.output_root)
+        inputs = _gcs_inputs(plan)
+        if inputs and not offline:  # a local root reading gs:// inputs: they must exist too
+            from runexp.runtime import storage  # no TensorFlow
+
+            listed = {k: v for stage in plan.stages
+                      for k, v in (stage.input_objects or {}).items()}
+            findings += _check_inputs(storage, inputs, listed)
+        return findings
     if offline:
         return ["skipped: offline planning (--offline): the bucket, access and gs:// inputs "
                 "were not checked"]

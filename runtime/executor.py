@@ -151,6 +151,12 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
             **view.params, "deadline_unix": float(deadline),
             "deadline_margin_s": _deadline_margin_s(plan, stage)})
     if mirror is None:
+        if any(uris.is_gcs(v) for v in uris.strings_in(view.inputs)):
+            # A local root reading gs:// inputs (a corpus, a vocab, a released checkpoint):
+            # downloaded into the input cache in the listed versions, like a gs:// root's.
+            from runexp.runtime.storage.mirror import Mirror
+
+            view = Mirror(plan).local_inputs(view)
         ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
     else:
         local = mirror.local_stage(view, resume=state.action == RESUME)
@@ -293,8 +299,7 @@ def _run_as_worker(plan: Plan) -> int:
         private = tempfile.mkdtemp(prefix=f"runexp-worker-{stage.id}-")
         view = stage
         if mirror is not None:  # upstream outputs as local copies, read-only
-            view = dataclasses.replace(stage, inputs={k: mirror._localize(v)
-                                                      for k, v in stage.inputs.items()})
+            view = mirror.local_inputs(stage)
         try:
             handler.run(StageContext(stage=view, plan=plan, work_dir=private))
         except UserError as e:

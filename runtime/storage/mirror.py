@@ -173,6 +173,12 @@ class Mirror:
             json.dump({**want, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, f)
         return dest
 
+    def local_inputs(self, stage: Stage) -> Stage:
+        """The stage with its gs:// inputs as local copies (read-only views: a local output
+        root reading a gs:// corpus, or a worker joining a gs:// experiment)."""
+        return dataclasses.replace(stage, inputs={k: self._localize(v)
+                                                  for k, v in stage.inputs.items()})
+
     def local_stage(self, stage: Stage, resume: bool) -> Stage:
         """The stage as its handler sees it: local inputs and a local work directory."""
         inputs = {k: self._localize(v) for k, v in stage.inputs.items()}
