@@ -126,11 +126,25 @@ class Mirror:
                 listing = {o["uri"]: o for o in storage.glob_objects(globs.escape(value) + ".*")}
         if not listing:
             raise FileNotFoundError(f"{value} matches no object")
-        local = [self._download_input(uri, listing[uri]) for uri in sorted(listing)]
+        local = self._download_inputs(value, listing)
         if not globs.has_magic(value) and value not in listing:
             # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
             # <prefix>.data-*; the local prefix stands for them.
             return self._input_path(value)
+        return local
+
+    def _download_inputs(self, value: str, listing: dict) -> list[str]:
+        """The listed objects of one input, downloaded (or found cached), with progress in
+        bytes (runtime/progress.py: a bar on a terminal, a line every 15 s in a log)."""
+        from runexp.runtime.progress import Meter
+
+        total = sum(int(o.get("size") or 0) for o in listing.values())
+        with Meter(f"    reading {value}", total=total or None, unit="B",
+                   say=lambda line: print(line, flush=True)) as meter:
+            local = []
+            for uri in sorted(listing):
+                local.append(self._download_input(uri, listing[uri]))
+                meter.advance(int(listing[uri].get("size") or 0))
         return local
 
     def _input_path(self, uri: str) -> str:
