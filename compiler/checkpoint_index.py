@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import struct
 
+from runexp.compiler.protobuf_wire import fields, read_varint
+
 _MAGIC = 0xdb4775248b80fb57
 _FOOTER = 48
 _TRAILER = 5
@@ -25,21 +27,6 @@ _TRAILER = 5
 
 class CheckpointIndexError(ValueError):
     """The file is not a readable checkpoint index (truncated, corrupt, another format)."""
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(data):
-            raise CheckpointIndexError("truncated varint")
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise CheckpointIndexError("bad varint")
 
 
 def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
@@ -57,9 +44,9 @@ def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
         raise CheckpointIndexError("bad restart count")
     entries, key, pos = [], b"", 0
     while pos < end:
-        shared, pos = _varint(block, pos)
-        unshared, pos = _varint(block, pos)
-        length, pos = _varint(block, pos)
+        shared, pos = read_varint(block, pos)
+        unshared, pos = read_varint(block, pos)
+        length, pos = read_varint(block, pos)
         if shared > len(key) or pos + unshared + length > end:
             raise CheckpointIndexError("bad block entry")
         key = key[:shared] + block[pos:pos + unshared]
@@ -69,36 +56,16 @@ def _block(data: bytes, offset: int, size: int) -> list[tuple[bytes, bytes]]:
     return entries
 
 
-def _fields(message: bytes):
-    """(field number, wire type, value) of a protobuf message's fields."""
-    pos = 0
-    while pos < len(message):
-        tag, pos = _varint(message, pos)
-        number, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(message, pos)
-        elif wire == 2:
-            length, pos = _varint(message, pos)
-            value, pos = message[pos:pos + length], pos + length
-        elif wire == 5:
-            value, pos = message[pos:pos + 4], pos + 4
-        elif wire == 1:
-            value, pos = message[pos:pos + 8], pos + 8
-        else:
-            raise CheckpointIndexError(f"unsupported protobuf wire type {wire}")
-        yield number, wire, value
-
-
 def _entry(value: bytes) -> tuple[int, list[int]]:
     """(dtype enum, shape) of a BundleEntryProto."""
     dtype, shape = 0, []
-    for number, wire, field in _fields(value):
+    for number, wire, field in fields(value):
         if number == 1 and wire == 0:
             dtype = field
         elif number == 2 and wire == 2:
-            for dim_number, dim_wire, dim in _fields(field):
+            for dim_number, dim_wire, dim in fields(field):
                 if dim_number == 2 and dim_wire == 2:
-                    size = next((v for n, w, v in _fields(dim) if n == 1 and w == 0), 0)
+                    size = next((v for n, w, v in fields(dim) if n == 1 and w == 0), 0)
                     shape.append(size - (1 << 64) if size >= 1 << 63 else size)
     return dtype, shape
 
@@ -116,14 +83,18 @@ def read_index(prefix: str) -> dict[str, tuple[int, list[int]]]:
         raise CheckpointIndexError("not a TensorFlow checkpoint index (bad magic number: "
                                    "truncated, or another kind of file)")
     footer = data[len(data) - _FOOTER:]
-    _, pos = _varint(footer, 0)            # metaindex offset
-    _, pos = _varint(footer, pos)          # metaindex size
-    index_offset, pos = _varint(footer, pos)
-    index_size, pos = _varint(footer, pos)
+    _, pos = read_varint(footer, 0)            # metaindex offset
+    _, pos = read_varint(footer, pos)          # metaindex size
+    index_offset, pos = read_varint(footer, pos)
+    index_size, pos = read_varint(footer, pos)
     variables = {}
-    for _, handle in _block(data, index_offset, index_size):
-        offset, p = _varint(handle, 0)
-        size, _ = _varint(handle, p)
+    try:
+        blocks = _block(data, index_offset, index_size)
+    except ValueError as e:  # the wire reader's (truncated varint, ...)
+        raise CheckpointIndexError(str(e)) from None
+    for _, handle in blocks:
+        offset, p = read_varint(handle, 0)
+        size, _ = read_varint(handle, p)
         for key, value in _block(data, offset, size):
             if key:  # the empty key is the bundle header
                 variables[key.decode("utf-8", "replace")] = _entry(value)

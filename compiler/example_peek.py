@@ -30,6 +30,8 @@ import dataclasses
 import struct
 from typing import BinaryIO, Optional
 
+from runexp.compiler.protobuf_wire import fields, read_varint
+
 INT64, FLOAT, BYTES, EMPTY = "int64", "float", "bytes", "empty"
 
 # What google-research/bert's run_pretraining.py parses (tasks/records.py writes the same):
@@ -131,59 +133,22 @@ def read_records(f: BinaryIO | str, limit: int, size: Optional[int] = None) -> l
 
 # --- tf.train.Example, decoded ---------------------------------------------------------------
 
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def _fields(buf: bytes):
-    """(field number, wire type, value) of a message: an int for varints, bytes otherwise."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            if pos + n > len(buf):
-                raise ValueError("truncated field")
-            value, pos = buf[pos:pos + n], pos + n
-        elif wire == 5:
-            value, pos = buf[pos:pos + 4], pos + 4
-        elif wire == 1:
-            value, pos = buf[pos:pos + 8], pos + 8
-        else:
-            raise ValueError(f"wire type {wire} is not used by tf.train.Example")
-        yield field, wire, value
-
-
 def _signed(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
 def _feature(buf: bytes) -> tuple[str, list]:
     kind, values = EMPTY, []
-    for field, _, payload in _fields(buf):
+    for field, _, payload in fields(buf):
         kind = {1: BYTES, 2: FLOAT, 3: INT64}.get(field, kind)
         values = []
-        for f, wire, v in _fields(payload):
+        for f, wire, v in fields(payload):
             if f != 1:
                 continue
             if kind == INT64 and wire == 2:  # packed varints
                 pos = 0
                 while pos < len(v):
-                    x, pos = _varint(v, pos)
+                    x, pos = read_varint(v, pos)
                     values.append(_signed(x))
             elif kind == INT64:
                 values.append(_signed(v))
@@ -203,14 +168,14 @@ def parse_example(data: bytes) -> dict[str, tuple[str, list]]:
       ValueError: the bytes are not a tf.train.Example.
     """
     out = {}
-    for field, wire, features in _fields(data):
+    for field, wire, features in fields(data):
         if field != 1 or wire != 2:
             raise ValueError(f"field {field} (wire type {wire}) is not one of an Example")
-        for f, w, entry in _fields(features):
+        for f, w, entry in fields(features):
             if f != 1 or w != 2:
                 raise ValueError(f"field {f} is not one of Features")
             key, value = None, b""
-            for ef, _, ev in _fields(entry):
+            for ef, _, ev in fields(entry):
                 if ef == 1:
                     key = bytes(ev).decode("utf-8", "replace")
                 elif ef == 2:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import glob
 import os
 import struct
-from typing import Iterator
 
 import numpy as np
 
+from runexp.compiler.protobuf_wire import fields, read_varint
 from runexp.tasks.records import iter_records
 from runexp.tasks.tokenizer import load_tokenizer
 
@@ -49,55 +49,24 @@ def record_files(data_dir: str, split: str) -> list[str]:
     return [f for f in files if not f.endswith(".tmp")]
 
 
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = result = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, i
-        shift += 7
-
-
-def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
-    """(field number, wire type, value) of a protobuf message: ints, or bytes for type 2."""
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            value, i = buf[i:i + length], i + length
-        elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        yield field, wire, value
-
-
 def example_payloads(record: bytes) -> dict[str, tuple[str, list]]:
     """Feature name -> ("int64" | "float", list of (wire type, value) items of its list)."""
     out = {}
-    for f1, _, features in _fields(record):
+    for f1, _, features in fields(record):
         if f1 != 1:
             continue
-        for f2, _, entry in _fields(features):
+        for f2, _, entry in fields(features):
             if f2 != 1:
                 continue
             name, feature = None, b""
-            for f3, _, value in _fields(entry):
+            for f3, _, value in fields(entry):
                 if f3 == 1:
                     name = value.decode("utf-8")
                 elif f3 == 2:
                     feature = value
-            for kind_field, _, lst in _fields(feature):
+            for kind_field, _, lst in fields(feature):
                 kind = {1: "bytes", 2: "float", 3: "int64"}.get(kind_field)
-                out[name] = (kind, [(w, v) for _, w, v in _fields(lst)])
+                out[name] = (kind, [(w, v) for _, w, v in fields(lst)])
     return out
 
 
@@ -111,7 +80,7 @@ def decode_example(record: bytes) -> dict[str, list]:
                 if wire == 2:  # packed
                     i = 0
                     while i < len(value):
-                        v, i = _varint(value, i)
+                        v, i = read_varint(value, i)
                         values.append(v - (1 << 64) if v >= 1 << 63 else v)
                 else:
                     values.append(value - (1 << 64) if value >= 1 << 63 else value)
@@ -129,20 +98,20 @@ def _packed_lists(record: bytes) -> dict[bytes, bytes]:
     try:
         if record[0] != 0x0A:
             return {}
-        _, i = _varint(record, 1)  # Features length
+        _, i = read_varint(record, 1)  # Features length
         n = len(record)
         while i < n:
             if record[i] != 0x0A:
                 return {}
-            entry_len, i = _varint(record, i + 1)
+            entry_len, i = read_varint(record, i + 1)
             end = i + entry_len
-            key_len, j = _varint(record, i + 1)  # entry: 0a keylen key
+            key_len, j = read_varint(record, i + 1)  # entry: 0a keylen key
             key = record[j:j + key_len]
             j += key_len
-            _, j = _varint(record, j + 1)        # 12 feature length
-            _, j = _varint(record, j + 1)        # tag (12 float / 1a int64), list length
+            _, j = read_varint(record, j + 1)        # 12 feature length
+            _, j = read_varint(record, j + 1)        # tag (12 float / 1a int64), list length
             if j < end:
-                payload_len, j = _varint(record, j + 1)  # 0a packed length
+                payload_len, j = read_varint(record, j + 1)  # 0a packed length
                 out[key] = record[j:j + payload_len]
             else:
                 out[key] = b""
