@@ -74,9 +74,8 @@ from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
 from runexp.compiler.errors import UserError
 from runexp.compiler.specs.runner import LOCAL_BEAM_RUNNERS, canonical_runner
-from runexp.tasks.pretraining_shards import ShardJob, ShardStats, write_shard
-from runexp.tasks.split_index import (RangeJob, RangeResult, build_split_index, plan_ranges,
-                                      tokenize_range)
+from runexp.tasks.pretraining_shards import ShardJob, ShardStats, plan_range_jobs, write_shard
+from runexp.tasks.split_index import (RangeJob, RangeResult, build_split_index, tokenize_range)
 from runexp.tasks.tokenizer import cached_tokenizer
 
 _RAW = CompressionTypes.UNCOMPRESSED
@@ -371,19 +370,7 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
         temp = (beam_options or {}).get("temp_location")
         shared_dir = shared_dir or _join(temp, f"runexp-preprocess-{uuid.uuid4().hex[:12]}")
 
-    splits: dict[str, ShardJob] = {}
-    for job in jobs:
-        if job.index_dir and not job.prebuilt:
-            splits.setdefault(job.index_dir, job)
-    range_jobs: list[RangeJob] = []
-    for index_dir, job in splits.items():
-        shutil.rmtree(index_dir, ignore_errors=True)
-        os.makedirs(index_dir)
-        sizes = [os.path.getsize(p) for p in job.files]
-        for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
-            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
-                                       job.config.source.format, job.config.source.text_field,
-                                       job.config.masking.word_segmenter))
+    splits, range_jobs = plan_range_jobs(jobs)
     shard_jobs = {d: [j for j in jobs if j.index_dir == d] for d in splits}
     direct_jobs = [j for j in jobs if j.index_dir not in splits]
     scratch = tempfile.mkdtemp(prefix="runexp-beam-")

@@ -290,6 +290,26 @@ def plan_prebuilt_shard_jobs(index_root: str, vocab_dir: str, config: Pretrainin
             for split in prebuilt_splits(index_root) for shard in range(num_shards)]
 
 
+def plan_range_jobs(jobs: Sequence[ShardJob]) -> tuple[dict, list[RangeJob]]:
+    """Phase 1's work for ``jobs``: {index dir: a job of that split} for the splits to index
+    (not those of a prebuilt index), and their RangeJobs (byte ranges, one per shard). Each
+    index directory is made anew."""
+    splits: dict[str, ShardJob] = {}
+    for job in jobs:
+        if job.index_dir and not job.prebuilt:
+            splits.setdefault(job.index_dir, job)
+    range_jobs: list[RangeJob] = []
+    for index_dir, job in splits.items():
+        shutil.rmtree(index_dir, ignore_errors=True)
+        os.makedirs(index_dir)
+        sizes = [os.path.getsize(p) for p in job.files]
+        for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
+            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
+                                       job.config.source.format, job.config.source.text_field,
+                                       job.config.masking.word_segmenter))
+    return splits, range_jobs
+
+
 def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
                    progress: Callable[[str], None] | None = None
                    ) -> Iterator[tuple[str, int, ShardStats]]:
@@ -306,19 +326,7 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
       imap: ``map``, or a worker pool's ``imap_unordered``.
       progress: reports a line per range tokenised.
     """
-    splits: dict[str, ShardJob] = {}
-    for job in jobs:
-        if job.index_dir and not job.prebuilt:
-            splits.setdefault(job.index_dir, job)
-    range_jobs: list[RangeJob] = []
-    for index_dir, job in splits.items():
-        shutil.rmtree(index_dir, ignore_errors=True)
-        os.makedirs(index_dir)
-        sizes = [os.path.getsize(p) for p in job.files]
-        for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
-            range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
-                                       job.config.source.format, job.config.source.text_field,
-                                       job.config.masking.word_segmenter))
+    splits, range_jobs = plan_range_jobs(jobs)
     try:
         results: dict[str, list[RangeResult]] = {d: [] for d in splits}
         done = 0
