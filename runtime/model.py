@@ -23,198 +23,12 @@ from typing import Mapping
 
 import tensorflow as tf
 
-from runexp.runtime.bert_config import HIDDEN_ACTS, BertConfig
+from runexp.runtime.bert_config import BertConfig
+from runexp.runtime.layers import (ACTIVATIONS, Dense, Dropout, Embeddings, LayerNorm,
+                                   google_variable, matmul, matmul_dtype, normal_init,
+                                   vocab_cross_entropy)
 
-_LAYER_NORM_EPSILON = 1e-12  # what google-research/bert's layer_norm uses
-
-
-def _gelu(x):
-    # google-research/bert's gelu is the tanh approximation.
-    return tf.nn.gelu(x, approximate=True)
-
-
-_ACTIVATIONS = {
-    "gelu": _gelu,
-    "gelu_new": _gelu,
-    "gelu_exact": lambda x: tf.nn.gelu(x, approximate=False),
-    "relu": tf.nn.relu,
-    "tanh": tf.tanh,
-    "linear": tf.identity,
-}
-assert set(_ACTIVATIONS) == set(HIDDEN_ACTS), "bert_config.HIDDEN_ACTS is this table's keys"
-
-
-# recompute param: "layers" keeps only each transformer layer's input for the backward pass
-# and runs the layer again there (activation recomputation: less memory, more compute).
 RECOMPUTE = ("none", "layers")
-
-# compute_dtype param -> the dtype matmuls run in (variables, LayerNorm, softmax and losses
-# stay float32 in every case).
-COMPUTE_DTYPES = {"float32": tf.float32, "bfloat16": tf.bfloat16,
-                  "mixed_float16": tf.float16}
-
-
-def matmul_dtype(compute_dtype) -> tf.DType:
-    """The matmul dtype of a ``compute_dtype`` name ("float32", "bfloat16",
-    "mixed_float16"); a tf.DType passes through."""
-    if isinstance(compute_dtype, tf.DType):
-        return compute_dtype
-    name = compute_dtype or "float32"
-    if name not in COMPUTE_DTYPES:
-        raise ValueError(f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}; "
-                         f"got {name!r}")
-    return COMPUTE_DTYPES[name]
-
-
-def _matmul(a, b, compute_dtype, transpose_b: bool = False):
-    """float32 matmul, or bfloat16 inputs with a float32 result (variables stay float32)."""
-    if compute_dtype == tf.float32:
-        return tf.matmul(a, b, transpose_b=transpose_b)
-    out = tf.matmul(tf.cast(a, compute_dtype), tf.cast(b, compute_dtype),
-                    transpose_b=transpose_b)
-    return tf.cast(out, tf.float32)
-
-
-@tf.function(jit_compile=True)
-def _vocab_cross_entropy(labels, logits):
-    """sparse_softmax_cross_entropy_with_logits over the vocabulary, compiled by XLA (forward
-    and backward): on CPU ~3x faster than TensorFlow's own kernel on [640, 30522] logits,
-    ~15% of a tiny model's step."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
-
-
-def _normal(shape, stddev):
-    return tf.random.truncated_normal(shape, stddev=stddev)
-
-
-def _variable(scope: str, name: str, initial) -> tf.Variable:
-    # ONLY_FIRST_REPLICA: replicas assign identical values (gradients are all-reduced before
-    # the update), so an assign in replica context takes the first replica's value.
-    return tf.Variable(initial, name=f"{scope}/{name}" if scope else name,
-                       aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-
-
-class Dense(tf.Module):
-    """``<scope>/kernel`` [in, out] and ``<scope>/bias`` [out]."""
-
-    def __init__(self, scope: str, in_dim: int, out_dim: int, stddev: float,
-                 compute_dtype=tf.float32):
-        super().__init__()
-        self.scope = scope
-        self.compute_dtype = compute_dtype
-        self.kernel = _variable(scope, "kernel", _normal([in_dim, out_dim], stddev))
-        self.bias = _variable(scope, "bias", tf.zeros([out_dim]))
-
-    def __call__(self, x):
-        return tf.nn.bias_add(_matmul(x, self.kernel, self.compute_dtype), self.bias)
-
-    def named_variables(self) -> dict:
-        return {f"{self.scope}/kernel": self.kernel, f"{self.scope}/bias": self.bias}
-
-
-class LayerNorm(tf.Module):
-    """``<scope>/gamma`` and ``<scope>/beta`` over the last axis."""
-
-    def __init__(self, scope: str, dim: int):
-        super().__init__()
-        self.scope = scope
-        self.gamma = _variable(scope, "gamma", tf.ones([dim]))
-        self.beta = _variable(scope, "beta", tf.zeros([dim]))
-
-    def __call__(self, x):
-        centered = x - tf.reduce_mean(x, axis=-1, keepdims=True)
-        variance = tf.reduce_mean(tf.square(centered), axis=-1, keepdims=True)
-        return centered * (tf.math.rsqrt(variance + _LAYER_NORM_EPSILON) * self.gamma) + self.beta
-
-    def named_variables(self) -> dict:
-        return {f"{self.scope}/gamma": self.gamma, f"{self.scope}/beta": self.beta}
-
-
-class Dropout(tf.Module):
-    """Inverted dropout drawing its masks from one seeded ``tf.random.Generator``.
-
-    Outside XLA: about twice as fast on CPU as ``tf.nn.dropout``: two 16-bit draws per
-    32-bit Philox word, compared as integers; the keep probability is exact to 1/65536.
-    Under XLA (``xla=True``: jit_compile, TPUs), whose Philox is ~2x slower on CPU than its
-    ThreeFry: each call takes a key from the generator and draws a 32-bit ThreeFry word per
-    element (exact to 2**-32). The generator (Philox) state is the same in both modes and is
-    tracked, so a resumed run continues the same dropout stream and checkpoints move
-    between modes; the masks differ between the modes.
-    """
-
-    def __init__(self, seed: int = 0, xla: bool = False):
-        super().__init__()
-        self.generator = tf.random.Generator.from_seed(seed)
-        self.xla = bool(xla)
-
-    def key(self, rate: float, training: bool):
-        """The ThreeFry key the next XLA-mode call with (rate, training) would draw (None
-        when that call draws nothing): drawn ahead, outside a recomputed layer, so its
-        recomputation in the backward pass draws the same mask again."""
-        if not training or rate <= 0.0:
-            return None
-        return self.generator.uniform_full_int([2], dtype=tf.int64)
-
-    def __call__(self, x, rate: float, training: bool, key=None):
-        """``key``: None, or a [2] int64 tensor from ``key``: a stateless draw that changes
-        no state (under ``xla`` the mask the call would draw without it; otherwise a Philox
-        mask, not the 16-bit one)."""
-        if not training or rate <= 0.0:
-            return x
-        if self.xla or key is not None:
-            threshold = min(int(round(rate * 2 ** 32)), 2 ** 32 - 1)
-            if key is None:
-                key = self.key(rate, training)
-            words = tf.random.stateless_uniform(tf.shape(x), seed=key, minval=None,
-                                                maxval=None, dtype=tf.uint32,
-                                                alg="threefry" if self.xla else "philox")
-            keep = tf.cast(words >= tf.constant(threshold, tf.uint32), x.dtype)
-            return x * (keep * (2 ** 32 / (2 ** 32 - threshold)))
-        threshold = int(round(rate * 65536))
-        n = tf.size(x)
-        words = self.generator.uniform_full_int([(n + 1) // 2], dtype=tf.uint32)
-        halves = tf.reshape(tf.bitcast(words, tf.uint16), [-1])[:n]
-        keep = tf.cast(halves >= threshold, x.dtype) * (65536.0 / (65536 - threshold))
-        return x * tf.reshape(keep, tf.shape(x))
-
-
-class Embeddings(tf.Module):
-    """Word, token-type and position embeddings, summed, normalised, dropped out."""
-
-    def __init__(self, config: BertConfig, dropout: Dropout, scope: str = "bert/embeddings"):
-        super().__init__()
-        self.dropout = dropout
-        h, std = config.hidden_size, config.initializer_range
-        self.config = config
-        self.scope = scope
-        self.word_embeddings = _variable(scope, "word_embeddings",
-                                         _normal([config.vocab_size, h], std))
-        self.token_type_embeddings = _variable(scope, "token_type_embeddings",
-                                               _normal([config.type_vocab_size, h], std))
-        self.position_embeddings = _variable(scope, "position_embeddings",
-                                             _normal([config.max_position_embeddings, h], std))
-        self.layer_norm = LayerNorm(f"{scope}/LayerNorm", h)
-
-    def __call__(self, input_ids, segment_ids, training: bool):
-        """Returns [batch * seq, hidden]."""
-        seq_length = tf.shape(input_ids)[1]
-        flat_ids = tf.reshape(input_ids, [-1])
-        x = tf.gather(self.word_embeddings, flat_ids)
-        x += tf.gather(self.token_type_embeddings, tf.reshape(segment_ids, [-1]))
-        positions = self.position_embeddings[:seq_length]
-        batch = tf.shape(input_ids)[0]
-        x = tf.reshape(x, [batch, seq_length, -1]) + positions[tf.newaxis]
-        x = tf.reshape(x, [batch * seq_length, self.config.hidden_size])
-        return self.dropout(self.layer_norm(x), self.config.hidden_dropout_prob, training)
-
-    def named_variables(self) -> dict:
-        return {
-            f"{self.scope}/word_embeddings": self.word_embeddings,
-            f"{self.scope}/token_type_embeddings": self.token_type_embeddings,
-            f"{self.scope}/position_embeddings": self.position_embeddings,
-            **self.layer_norm.named_variables(),
-        }
-
 
 class TransformerLayer(tf.Module):
     """One post-LayerNorm transformer block, ``bert/encoder/layer_<i>``."""
@@ -235,7 +49,7 @@ class TransformerLayer(tf.Module):
         self.intermediate = dense(f"{scope}/intermediate/dense", h, config.intermediate_size)
         self.output = dense(f"{scope}/output/dense", config.intermediate_size, h)
         self.output_norm = LayerNorm(f"{scope}/output/LayerNorm", h)
-        self.activation = _ACTIVATIONS[config.hidden_act]
+        self.activation = ACTIVATIONS[config.hidden_act]
 
     def dropout_keys(self, training: bool):
         """The dropout keys of one call, in the order the call draws them (see
@@ -266,15 +80,15 @@ class TransformerLayer(tf.Module):
         # One matmul for query, key and value.
         kernel = tf.concat([self.query.kernel, self.key.kernel, self.value.kernel], axis=1)
         bias = tf.concat([self.query.bias, self.key.bias, self.value.bias], axis=0)
-        qkv = tf.nn.bias_add(_matmul(x, kernel, self.compute_dtype), bias)
+        qkv = tf.nn.bias_add(matmul(x, kernel, self.compute_dtype), bias)
         qkv = tf.reshape(qkv, [batch, seq_length, 3, heads, head_dim])
         qkv = tf.transpose(qkv, [2, 0, 3, 1, 4])  # [3, batch, heads, seq, head_dim]
         q, k, v = tf.unstack(qkv)  # not qkv[i]: StridedSliceGrad zero-fills the whole input
         q *= 1.0 / math.sqrt(head_dim)
-        scores = _matmul(q, k, self.compute_dtype, transpose_b=True) + attention_bias
+        scores = matmul(q, k, self.compute_dtype, transpose_b=True) + attention_bias
         probs = self.dropout(tf.nn.softmax(scores), c.attention_probs_dropout_prob, training,
                              keys[0])
-        context = _matmul(probs, v, self.compute_dtype)  # [batch, heads, seq, head_dim]
+        context = matmul(probs, v, self.compute_dtype)  # [batch, heads, seq, head_dim]
         context = tf.reshape(tf.transpose(context, [0, 2, 1, 3]),
                              [batch * seq_length, c.hidden_size])
         attended = self.dropout(self.attention_output(context), c.hidden_dropout_prob,
@@ -366,12 +180,12 @@ class PretrainingHeads(tf.Module):
         self._word_embeddings = word_embeddings
         self.transform = Dense("cls/predictions/transform/dense", h, h, std, self.compute_dtype)
         self.transform_norm = LayerNorm("cls/predictions/transform/LayerNorm", h)
-        self.output_bias = _variable("cls/predictions", "output_bias",
+        self.output_bias = google_variable("cls/predictions", "output_bias",
                                      tf.zeros([config.vocab_size]))
-        self.nsp_weights = _variable("cls/seq_relationship", "output_weights",
-                                     _normal([2, h], std))
-        self.nsp_bias = _variable("cls/seq_relationship", "output_bias", tf.zeros([2]))
-        self.activation = _ACTIVATIONS[config.hidden_act]
+        self.nsp_weights = google_variable("cls/seq_relationship", "output_weights",
+                                     normal_init([2, h], std))
+        self.nsp_bias = google_variable("cls/seq_relationship", "output_bias", tf.zeros([2]))
+        self.activation = ACTIVATIONS[config.hidden_act]
 
     def mlm_logits(self, sequence_output, positions, seq_length):
         """Logits [batch * predictions, vocab] at ``positions`` [batch, predictions]."""
@@ -380,7 +194,7 @@ class PretrainingHeads(tf.Module):
         flat_positions = tf.reshape(positions + offsets, [-1])
         x = tf.gather(sequence_output, flat_positions)
         x = self.transform_norm(self.activation(self.transform(x)))
-        logits = _matmul(x, self._word_embeddings, self.compute_dtype, transpose_b=True)
+        logits = matmul(x, self._word_embeddings, self.compute_dtype, transpose_b=True)
         return tf.nn.bias_add(logits, self.output_bias)
 
     def nsp_logits(self, pooled_output):
@@ -449,7 +263,7 @@ class BertPretrainer(tf.Module):
         mlm_logits, nsp_logits = self(features, training=training)
         ids = tf.reshape(features["masked_lm_ids"], [-1])
         weights = tf.reshape(tf.cast(features["masked_lm_weights"], tf.float32), [-1])
-        mlm_ce = _vocab_cross_entropy(ids, mlm_logits)
+        mlm_ce = vocab_cross_entropy(ids, mlm_logits)
         mlm_pred = tf.argmax(mlm_logits, axis=-1, output_type=tf.int32)
         nsp_labels = tf.reshape(features["next_sentence_labels"], [-1])
         nsp_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=nsp_labels,
@@ -498,9 +312,9 @@ class BertClassifier(tf.Module):
         self.config = config
         self.num_labels = num_labels
         self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla, recompute=recompute)
-        self.output_weights = _variable("", "output_weights",
-                                        _normal([num_labels, config.hidden_size], 0.02))
-        self.output_bias = _variable("", "output_bias", tf.zeros([num_labels]))
+        self.output_weights = google_variable("", "output_weights",
+                                        normal_init([num_labels, config.hidden_size], 0.02))
+        self.output_bias = google_variable("", "output_bias", tf.zeros([num_labels]))
 
     def __call__(self, features: Mapping[str, tf.Tensor], training: bool = False):
         """Returns logits [batch, num_labels]."""
