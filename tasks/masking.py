@@ -106,6 +106,15 @@ def _choose_uniform(candidates: np.ndarray, k: np.ndarray, width: int,
     return np.where(np.arange(width)[None, :] < k[:, None], picked[:, :width], length)
 
 
+def group_starts(candidates: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Where a maskable word starts, the grouping rule of whole-word masking: a piece that
+    does not start a word (``starts`` False) joins the piece before it, unless that one is
+    not maskable (e.g. [SEP]), which makes it start a group of its own."""
+    after_candidate = np.zeros_like(candidates)
+    after_candidate[:, 1:] = candidates[:, :-1]
+    return candidates & (starts | ~after_candidate)
+
+
 def _choose_whole_words(starts: np.ndarray, candidates: np.ndarray, k: np.ndarray, width: int,
                         rng: np.random.Generator) -> np.ndarray:
     """Whole-word masking for a batch (as ``_select_words`` with ngram_max 1, vectorised):
@@ -114,9 +123,7 @@ def _choose_whole_words(starts: np.ndarray, candidates: np.ndarray, k: np.ndarra
     Returns positions as ``_choose_uniform`` does."""
     batch, length = candidates.shape
     rows = np.arange(batch)
-    after_candidate = np.zeros_like(candidates)
-    after_candidate[:, 1:] = candidates[:, :-1]
-    starts = candidates & (starts | ~after_candidate)
+    starts = group_starts(candidates, starts)
     word = np.cumsum(starts, axis=1, dtype=np.int32) - 1   # word index of each position
     words = starts.sum(axis=1)
     flat = (rows[:, None] * length + word)[candidates]

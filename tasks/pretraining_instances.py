@@ -62,7 +62,7 @@ from typing import Sequence
 
 import numpy as np
 
-from runexp.tasks.masking import MaskingConfig, mask_batch
+from runexp.tasks.masking import MaskingConfig, group_starts, mask_batch
 
 PAIR_OBJECTIVES = ("nsp", "sop", "none")
 
@@ -477,24 +477,14 @@ def build_batch(store: DocumentStore, plan: InstancePlan, index: np.ndarray | sl
     }
 
 
-def word_starts(ids: np.ndarray, candidates: np.ndarray, word_start: np.ndarray,
-                starts: np.ndarray | None = None) -> np.ndarray:
-    """Where a maskable word starts: masking.py's grouping rule (a piece that does not start a
-    word joins the piece before it, unless that one is not maskable, e.g. [SEP]). Whether a
-    piece starts a word: ``starts`` per position when given (segmented words), else
-    ``word_start`` of its id."""
-    after_candidate = np.zeros_like(candidates)
-    after_candidate[:, 1:] = candidates[:, :-1]
-    return candidates & ((word_start[ids] if starts is None else starts) | ~after_candidate)
-
-
 def _unmasked_features(ids, input_mask, segment_ids, candidates, label,
                        masking: MaskingConfig, starts: np.ndarray | None = None
                        ) -> dict[str, np.ndarray]:
     """An instance left for masking at training time: the layout of a masked one with
     empty predictions, plus ``word_starts`` (records.py; ``starts``: as ``word_starts``)."""
     batch, width = len(ids), masking.spec.max_predictions_per_seq
-    starts = word_starts(ids, candidates, np.asarray(masking.word_start, dtype=bool), starts)
+    table = np.asarray(masking.word_start, dtype=bool)
+    starts = group_starts(candidates, table[ids] if starts is None else starts)
     return {
         "input_ids": ids,
         "input_mask": input_mask,
