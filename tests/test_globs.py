@@ -148,7 +148,7 @@ def test_the_stages_read_what_the_plan_fingerprinted(tmp_path, capsys):
 
     states = plan_states(plan)
     run_stage(plan, plan.stage("vocab"), states["vocab"])
-    assert "of 3 file(s)" in capsys.readouterr().out
+    assert "of 3 files" in capsys.readouterr().out
     summary = run_stage(plan, plan.stage("preprocess.pretrain"), states["preprocess.pretrain"])
     assert summary["train"]["documents"] == sum(docs.values())
 

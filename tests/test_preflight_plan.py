@@ -105,8 +105,8 @@ def test_offline_the_checks_are_skipped_with_a_note(tmp_path, capsys, monkeypatc
 
 def test_local_root_is_checked_without_writing(tmp_path, capsys):
     gin = tmp_path / "e.gin"
-    gin.write_text(f"include 'runs/pretrain.gin'\nOUTPUT_ROOT = '{tmp_path}/new/out'\n"
-                   f"CORPUS_FILES = '{gin}'\n")
+    gin.write_text(f"include 'runs/pretrain.gin'\ninclude 'models/bert_tiny.gin'\n"
+                   f"OUTPUT_ROOT = '{tmp_path}/new/out'\nCORPUS_FILES = '{gin}'\n")
     main([f"--gin_file={gin}", "--dry_run"])
     out = capsys.readouterr().out
     assert f"    ok: can write under {tmp_path} (creates {tmp_path}/new/out)" in out

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from runtime_testlib import TINY_MODEL, make_ctx, write_vocab_dir
+from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer
 from runexp.runtime.stages import finetune
@@ -95,6 +96,6 @@ def test_finetune_from_a_google_checkpoint_scores_each_dev_set(pretrained, tmp_p
     # A checkpoint without the encoder is refused, not silently trained from scratch.
     heads = {k: v for k, v in source.google_variables().items() if k.startswith("cls/")}
     other = checkpoints.save_google_checkpoint(heads, str(tmp_path / "heads" / "model.ckpt"))
-    with pytest.raises(ValueError, match="lacks .* encoder variables"):
+    with pytest.raises(UserError, match="lacks .* encoder variables"):
         finetune.run(make_ctx("finetune", params, dict(inputs, init_checkpoint=other),
                               str(tmp_path / "bad")))
