@@ -31,6 +31,7 @@ import struct
 from typing import BinaryIO, Optional
 
 from runexp.compiler.protobuf_wire import fields, read_varint
+from runexp.compiler.tfrecord_crc import masked_crc
 
 INT64, FLOAT, BYTES, EMPTY = "int64", "float", "bytes", "empty"
 
@@ -55,41 +56,6 @@ class FramingError(ValueError):
         self.offset = offset
         self.why = why
         super().__init__(f"bad TFRecord framing at byte {offset}: {why}")
-
-
-# --- CRC-32C (Castagnoli), as TFRecord masks it -----------------------------------------------
-
-def _crc32c_function():
-    try:
-        import google_crc32c  # C extension, installed with google-cloud-storage; no TensorFlow
-        if google_crc32c.implementation == "c":
-            return google_crc32c.value
-    except ImportError:
-        pass
-    table = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-
-    def crc32c(data: bytes) -> int:
-        crc = 0xFFFFFFFF
-        for b in data:
-            crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-        return crc ^ 0xFFFFFFFF
-    return crc32c
-
-
-_crc32c = None
-
-
-def masked_crc(data: bytes) -> int:
-    global _crc32c
-    if _crc32c is None:
-        _crc32c = _crc32c_function()
-    crc = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def read_records(f: BinaryIO | str, limit: int, size: Optional[int] = None) -> list[bytes]:

@@ -43,6 +43,7 @@ import os
 import struct
 from typing import Iterable, Iterator, Mapping, Sequence
 
+from runexp.compiler.tfrecord_crc import masked_crc
 from runexp.tasks.example_proto import encode_example, encode_examples
 
 SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was checked against
@@ -77,41 +78,8 @@ def encode_instance_batch(batch: Mapping[str, "np.ndarray"]) -> tuple[bytes, "np
     return encode_examples(batch, FLOAT_FEATURES)
 
 
-def _crc32c_function():
-    try:
-        import google_crc32c  # C extension; installed with google-cloud-storage
-        return lambda data: google_crc32c.value(data)
-    except ImportError:
-        return _crc32c_python
 
-
-def _make_table() -> list[int]:
-    table = []
-    for i in range(256):
-        crc = i
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-_TABLE = _make_table()
-
-
-def _crc32c_python(data: bytes) -> int:
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_crc32c = _crc32c_function()
 _U32 = struct.Struct("<I")
-
-
-def _masked_crc(data: bytes) -> int:
-    crc = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 class TFRecordWriter:
@@ -125,8 +93,8 @@ class TFRecordWriter:
 
     def write(self, record: bytes) -> None:
         header = struct.pack("<Q", len(record))
-        self._f.write(header + struct.pack("<I", _masked_crc(header)) + record
-                      + struct.pack("<I", _masked_crc(record)))
+        self._f.write(header + struct.pack("<I", masked_crc(header)) + record
+                      + struct.pack("<I", masked_crc(record)))
 
     def write_batch(self, data: bytes, offsets) -> None:
         """Writes records ``data[offsets[i]:offsets[i + 1]]`` (``encode_examples`` output)."""
@@ -140,11 +108,11 @@ class TFRecordWriter:
             header = headers.get(n)
             if header is None:
                 h = struct.pack("<Q", n)
-                header = headers[n] = h + pack(_masked_crc(h))
+                header = headers[n] = h + pack(masked_crc(h))
             record = data[start:end]
             append(header)
             append(record)
-            append(pack(_masked_crc(record)))
+            append(pack(masked_crc(record)))
         self._f.write(b"".join(out))
 
     def close(self) -> None:
