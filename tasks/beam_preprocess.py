@@ -74,7 +74,8 @@ from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
 from runexp.compiler.errors import UserError
 from runexp.compiler.specs.runner import LOCAL_BEAM_RUNNERS, canonical_runner
-from runexp.tasks.pretraining_shards import ShardJob, ShardStats, plan_range_jobs, write_shard
+from runexp.tasks.pretraining_shards import (ShardJob, ShardStats, plan_range_jobs,
+                                             remove_split_indexes, write_shard)
 from runexp.tasks.split_index import (RangeJob, RangeResult, build_split_index, tokenize_range)
 from runexp.tasks.tokenizer import cached_tokenizer
 
@@ -459,11 +460,4 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
                 _delete_tree(shared_dir)
             except Exception:  # noqa: BLE001 (scratch: never worth failing the stage)
                 say(f"WARNING: could not delete the pipeline's scratch files in {shared_dir}")
-        for index_dir, job in splits.items():
-            if job.keep_index:
-                continue
-            shutil.rmtree(index_dir, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(index_dir))
-            except OSError:
-                pass
+        remove_split_indexes(splits)

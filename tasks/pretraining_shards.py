@@ -342,14 +342,20 @@ def run_shard_jobs(jobs: Sequence[ShardJob], imap: Callable = map,
                               results[index_dir], cached_tokenizer(job.vocab_dir).vocab_size)
         yield from imap(write_shard, jobs)
     finally:
-        for index_dir, job in splits.items():
-            if job.keep_index:
-                continue
-            shutil.rmtree(index_dir, ignore_errors=True)
-            try:
-                os.rmdir(os.path.dirname(index_dir))
-            except OSError:
-                pass
+        remove_split_indexes(splits)
+
+
+def remove_split_indexes(splits: Mapping[str, ShardJob]) -> None:
+    """Deletes the splits' index directories (and their spill directory once empty), but
+    those a later pretraining phase keeps."""
+    for index_dir, job in splits.items():
+        if job.keep_index:
+            continue
+        shutil.rmtree(index_dir, ignore_errors=True)
+        try:
+            os.rmdir(os.path.dirname(index_dir))
+        except OSError:
+            pass
 
 
 def _tokenize_range_keyed(job: RangeJob) -> tuple[str, RangeResult]:
