@@ -150,16 +150,18 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
         view = dataclasses.replace(view, params={
             **view.params, "deadline_unix": float(deadline),
             "deadline_margin_s": _deadline_margin_s(plan, stage)})
+    # Inputs the handler reads on gs:// itself (a Beam pipeline's workers read the corpus).
+    in_place = tuple(getattr(handler, "inputs_read_in_place", lambda s: ())(stage))
     if mirror is None:
         if any(uris.is_gcs(v) for v in uris.strings_in(view.inputs)):
             # A local root reading gs:// inputs (a corpus, a vocab, a released checkpoint):
             # downloaded into the input cache in the listed versions, like a gs:// root's.
             from runexp.runtime.storage.mirror import Mirror
 
-            view = Mirror(plan).local_inputs(view)
+            view = Mirror(plan).local_inputs(view, in_place)
         ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
     else:
-        local = mirror.local_stage(view, resume=state.action == RESUME)
+        local = mirror.local_stage(view, resume=state.action == RESUME, in_place=in_place)
         ctx = StageContext(stage=local, plan=plan, work_dir=local.output_dir,
                            sync=mirror.stage_sync(stage, local.output_dir))
     summary = handler.run(ctx) or {}

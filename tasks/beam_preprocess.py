@@ -27,16 +27,20 @@ recorded, like ``run_shard_jobs``: the stage (runtime/stages/preprocess.py) then
 stats and, last, COMPLETED, as for the local runner. Memory per worker: a range's tokens
 batch by batch (phase 1), a shard's documents and plan (phase 2): the local runner's.
 
-Where the files live: with a local runner (DirectRunner: worker processes on this machine)
-the index is built in the stage's spill directory and the shards are written in place. With
-a runner whose workers are elsewhere (Dataflow) everything a worker hands on goes through a
-shared directory (``shared_dir``: ``<temp_location>/runexp-preprocess-<id>``, on gs://) with
-Beam's FileSystems: range files up, the joining worker downloads them and uploads the index,
-each shard worker downloads the index once per process (it reads random windows of the whole
-split for random next segments) and uploads its shard and stats; the launcher downloads the
-shards into the stage directory. Tests force that path with a local shared directory. What is
-left for Dataflow: the workers read the corpus with local file reads, so a remote runner is
-refused at launch (README, "Scale-out preprocessing").
+Where the files live: the workers read the corpus where it is: local files, or on Cloud
+Storage the object versions the plan listed (``gs://bucket/key#generation``, read by byte
+ranges: tasks/input_files.py; the executor hands them over without downloading them,
+runtime/stages/preprocess.py ``inputs_read_in_place``). With a local runner (DirectRunner:
+worker processes on this machine) the index is built in the stage's spill directory and the
+shards are written in place. With a runner whose workers are elsewhere (Dataflow) everything
+a worker hands on goes through a shared directory (``shared_dir``:
+``<temp_location>/runexp-preprocess-<id>``, on gs://) with runexp's storage layer: the
+vocabulary down to each worker, range files up, the joining worker downloads them and
+uploads the index, each shard worker downloads the index once per process (it reads random
+windows of the whole split for random next segments) and uploads its shard and stats; the
+launcher downloads the shards into the stage directory. Tests run that path on DirectRunner
+with a local and with a gs:// shared directory. A corpus on this machine cannot be read by
+remote workers: refused at plan time (compiler/stages/runner.py) and again at launch.
 
 DirectRunner here is Beam's FnApiRunner, which is what DirectRunner runs a batch pipeline on,
 without DirectRunner's first attempt to download the PrismRunner binary from the network.
@@ -69,18 +73,16 @@ class _QuietImports(logging.Filter):
 
 logging.getLogger().addFilter(_QuietImports())
 import apache_beam as beam  # noqa: E402
-from apache_beam.io.filesystem import CompressionTypes  # noqa: E402
-from apache_beam.io.filesystems import FileSystems  # noqa: E402
 
 from runexp.compiler.errors import UserError
 from runexp.compiler.specs.runner import LOCAL_BEAM_RUNNERS, canonical_runner
+from runexp.runtime import storage
+from runexp.tasks import input_files
 from runexp.tasks.pretraining_shards import (ShardJob, ShardStats, plan_range_jobs,
                                              remove_split_indexes, write_shard)
 from runexp.tasks.split_index import (RangeJob, RangeResult, build_split_index, tokenize_range)
 from runexp.tasks.tokenizer import cached_tokenizer
 
-_RAW = CompressionTypes.UNCOMPRESSED
-_CHUNK = 1 << 22
 # The files of a split's index (tasks/split_index.py build_split_index), meta.json last.
 INDEX_FILES = ("tokens.bin", "offsets.bin", "documents.npy", "blocks.npy", "block_tokens.npy",
                "meta.json")
@@ -88,54 +90,39 @@ _RANGE_FILES = ("tokens", "lengths", "fragments.npy")
 POLL_SECONDS = 0.5
 
 
-# --- files, local or shared (Beam's FileSystems: a path or gs://) -----------------------------
+# --- files, local or shared (runexp's storage layer: a path or gs://) ------------------------
+# Not Beam's FileSystems: runexp's layer checks every copy (size, crc32c), retries within its
+# budget, honours STORAGE_EMULATOR_HOST, and is what the rest of runexp reads gs:// with.
 
 def _join(base: str, *parts: str) -> str:
-    return FileSystems.join(base, *parts) if "://" in base else os.path.join(base, *parts)
+    return storage.join(base, *parts)
 
 
 def _upload(local_path: str, uri: str) -> None:
-    tmp = uri + ".tmp"
-    with open(local_path, "rb") as src, FileSystems.create(tmp, compression_type=_RAW) as out:
-        shutil.copyfileobj(src, out, _CHUNK)
-    FileSystems.rename([tmp], [uri])
+    storage.upload_file(local_path, uri)  # whole or absent: atomic locally and on GCS
 
 
 def _download(uri: str, local_path: str) -> None:
-    tmp = local_path + ".tmp"
-    with FileSystems.open(uri, compression_type=_RAW) as src, open(tmp, "wb") as out:
-        shutil.copyfileobj(src, out, _CHUNK)
-    os.replace(tmp, local_path)
+    storage.download_file(uri, local_path)
 
 
 def _write_pickle(uri: str, obj) -> None:
-    tmp = uri + ".tmp"
-    with FileSystems.create(tmp, compression_type=_RAW) as out:
-        out.write(pickle.dumps(obj))
-    if FileSystems.exists(uri):  # a retried bundle: the same content
-        FileSystems.delete([uri])
-    FileSystems.rename([tmp], [uri])
+    storage.write_bytes(uri, pickle.dumps(obj))  # a retried bundle writes the same content
 
 
 def _read_pickle(uri: str):
-    with FileSystems.open(uri, compression_type=_RAW) as f:
-        return pickle.loads(f.read())
+    return pickle.loads(storage.read_bytes(uri))
 
 
 def _delete_tree(directory: str) -> None:
-    if "://" not in directory:
-        shutil.rmtree(directory, ignore_errors=True)
-    else:  # a trailing "/": every object under the prefix (GCSFileSystem.delete)
-        FileSystems.delete([directory.rstrip("/") + "/"])
+    storage.delete_prefix(directory)
 
 
 def _list(directory: str) -> list[str]:
-    """The files directly in ``directory`` (none when it does not exist)."""
-    if "://" not in directory:
-        return sorted(os.path.join(directory, n) for n in os.listdir(directory)
-                      if not n.endswith(".tmp")) if os.path.isdir(directory) else []
-    found = FileSystems.match([_join(directory, "*")])[0].metadata_list
-    return sorted(m.path for m in found if not m.path.endswith(".tmp"))
+    """The files directly in ``directory`` (none when it does not exist), but temporary ones
+    (the storage layer's local writes: ``.<name>.tmp-*``)."""
+    return [uri for uri in storage.list(directory)
+            if not uri.rsplit("/", 1)[-1].startswith(".")]
 
 
 # --- the pipeline's steps ---------------------------------------------------------------------
@@ -150,9 +137,17 @@ class Layout:
     stats_dir: str
     shared_dir: Optional[str] = None
     keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    vocabs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the same, of vocabs
 
     def shared(self, what: str, *parts: str) -> str:
         return _join(self.shared_dir, what, *parts)
+
+    def vocab(self, vocab_dir: str) -> str:
+        """Where this worker reads a job's vocabulary: the launcher's directory, or its copy
+        of the one handed on through the shared directory."""
+        if self.shared_dir is None:
+            return vocab_dir
+        return _local_copy(self.shared("vocab", self.vocabs[vocab_dir]))
 
 
 class TokenizeRange(beam.DoFn):
@@ -168,7 +163,8 @@ class TokenizeRange(beam.DoFn):
         else:  # tokenised here, handed on through the shared directory
             key = layout.keys[job.index_dir]
             with tempfile.TemporaryDirectory(prefix="runexp-range-") as tmp:
-                result = tokenize_range(dataclasses.replace(job, index_dir=tmp))
+                result = tokenize_range(dataclasses.replace(
+                    job, index_dir=tmp, vocab_dir=layout.vocab(job.vocab_dir)))
                 for what in _RANGE_FILES:
                     name = f"range-{job.index:05d}.{what}"
                     _upload(os.path.join(tmp, name), layout.shared("ranges", key, name))
@@ -195,15 +191,15 @@ class JoinSplit(beam.DoFn):
         pairs = sorted(pairs, key=lambda p: p[0].index)
         jobs = [p[0] for p in pairs]
         results: list[RangeResult] = [p[1] for p in pairs]
-        vocab_size = cached_tokenizer(jobs[0].vocab_dir).vocab_size
         layout = self.layout
+        vocab_size = cached_tokenizer(layout.vocab(jobs[0].vocab_dir)).vocab_size
         if layout.shared_dir is None:
             # A retried join finds the index built (meta.json is written last).
             if not os.path.exists(os.path.join(index_dir, "meta.json")):
                 build_split_index(jobs, results, vocab_size)
         else:
             key = layout.keys[index_dir]
-            if not FileSystems.exists(layout.shared("index", key, "meta.json")):
+            if not storage.exists(layout.shared("index", key, "meta.json")):
                 with tempfile.TemporaryDirectory(prefix="runexp-join-") as tmp:
                     for job in jobs:
                         for what in _RANGE_FILES:
@@ -221,12 +217,15 @@ _LOCAL_COPIES: dict[str, str] = {}
 _COPY_LOCK = threading.Lock()
 
 
-def _local_copy(uri: str) -> str:
-    """A shared index, downloaded once per worker process (shards read all of it)."""
+def _local_copy(uri: str, names: Optional[Sequence[str]] = None) -> str:
+    """A shared directory (a split's index: shards read all of it; a vocabulary), downloaded
+    once per worker process: ``names``, or every file in it."""
     with _COPY_LOCK:
         if uri not in _LOCAL_COPIES:
-            local = tempfile.mkdtemp(prefix="runexp-index-")
-            for name in INDEX_FILES:
+            local = tempfile.mkdtemp(prefix="runexp-copy-")
+            if names is None:
+                names = [u.rsplit("/", 1)[-1] for u in _list(uri)]
+            for name in names:
                 _download(_join(uri, name), os.path.join(local, name))
             _LOCAL_COPIES[uri] = local
         return _LOCAL_COPIES[uri]
@@ -243,12 +242,13 @@ class WriteShard(beam.DoFn):
         if layout.shared_dir is None or job.index_dir is None:
             split, shard, stats = write_shard(job)
         else:
-            index = _local_copy(layout.shared("index", layout.keys[job.index_dir]))
+            index = _local_copy(layout.shared("index", layout.keys[job.index_dir]),
+                                INDEX_FILES)
             name = os.path.basename(job.out_path)
             with tempfile.TemporaryDirectory(prefix="runexp-shard-") as tmp:
                 out = os.path.join(tmp, name)
                 split, shard, stats = write_shard(dataclasses.replace(
-                    job, index_dir=index, out_path=out))
+                    job, index_dir=index, out_path=out, vocab_dir=layout.vocab(job.vocab_dir)))
                 _upload(out, layout.shared("out", name))
         _write_pickle(_join(layout.stats_dir, f"shard.{split}.{shard:05d}"),
                       (split, shard, stats))
@@ -335,15 +335,16 @@ class _WorkerLog:
 
 
 def _check_reachable(jobs: Sequence[ShardJob], runner: str) -> None:
-    """A remote runner's workers cannot read this machine's files."""
-    local = sorted({p for job in jobs for p in job.files if "://" not in p})
+    """A remote runner's workers read the corpus on Cloud Storage, not this machine's files."""
+    local = sorted({p for job in jobs for p in job.files if not input_files.is_remote(p)})
     if local:
         raise UserError(
             f"Beam runner {runner}: its workers run on other machines and cannot read the "
-            f"corpus on this one ({local[0]}{', ...' if len(local) > 1 else ''}); reading "
-            "corpus ranges on the workers is not implemented yet\n  hint: use runner "
+            f"corpus on this one ({local[0]}{', ...' if len(local) > 1 else ''})\n  hint: "
+            "copy the corpus to Cloud Storage (gcloud storage cp -r DIR gs://BUCKET/corpus/) "
+            "and point the task's files at it; or build on this machine with runner "
             "'DirectRunner' (beam_options = {'runner': 'DirectRunner'}) or runner = 'local' "
-            "on one machine (README, 'Scale-out preprocessing')")
+            "(README, 'Scale-out preprocessing')")
 
 
 def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping],
@@ -377,10 +378,16 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
     scratch = tempfile.mkdtemp(prefix="runexp-beam-")
     keys = {d: f"{i:03d}-{os.path.basename(d)}" for i, d in enumerate(
         sorted({j.index_dir for j in jobs if j.index_dir}))}
+    vocabs = {d: f"{i:03d}" for i, d in enumerate(sorted({j.vocab_dir for j in jobs}))}
     if shared_dir is None:
         layout = Layout(stats_dir=scratch)
     else:
-        layout = Layout(stats_dir=_join(shared_dir, "stats"), shared_dir=shared_dir, keys=keys)
+        layout = Layout(stats_dir=_join(shared_dir, "stats"), shared_dir=shared_dir, keys=keys,
+                        vocabs=vocabs)
+        for vocab_dir, key in vocabs.items():  # the workers tokenise with the same vocabulary
+            for name in sorted(os.listdir(vocab_dir)):
+                if os.path.isfile(os.path.join(vocab_dir, name)):
+                    _upload(os.path.join(vocab_dir, name), layout.shared("vocab", key, name))
         for index_dir in sorted({j.index_dir for j in direct_jobs if j.index_dir}):
             for name in INDEX_FILES:  # a prebuilt index, for the shard workers
                 _upload(os.path.join(index_dir, name), layout.shared("index", keys[index_dir],

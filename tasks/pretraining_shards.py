@@ -49,6 +49,7 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import PreprocessSpec
 from runexp.compiler.specs.source import SourceSpec
+from runexp.tasks import input_files
 from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.pretraining_instances import (DocumentStore, InstanceConfig,
                                                 build_batch, plan_instances)
@@ -302,7 +303,7 @@ def plan_range_jobs(jobs: Sequence[ShardJob]) -> tuple[dict, list[RangeJob]]:
     for index_dir, job in splits.items():
         shutil.rmtree(index_dir, ignore_errors=True)
         os.makedirs(index_dir)
-        sizes = [os.path.getsize(p) for p in job.files]
+        sizes = [input_files.size(p) for p in job.files]
         for k, segments in enumerate(plan_ranges(sizes, job.num_shards)):
             range_jobs.append(RangeJob(job.files, job.vocab_dir, index_dir, k, segments,
                                        job.config.source.format, job.config.source.text_field,

@@ -31,6 +31,7 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
+from runexp.tasks import input_files
 from runexp.tasks.text_files import InputIssues, ReadCounter, _fix_line, iter_segment_lines
 from runexp.tasks.text_formats import SegmentText, check_format
 from runexp.tasks.tokenizer import cached_tokenizer
@@ -184,7 +185,7 @@ def tokenize_range(job: RangeJob) -> RangeResult:
 
         for s, (f, start, end) in enumerate(job.segments):
             path = job.files[f]
-            size = os.path.getsize(path)
+            size = input_files.size(path)
             if start == 0:
                 broken, in_frag = True, False  # a file's start
             if not by_line:
@@ -391,7 +392,7 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
     flagged = bool(jobs[0].word_segmenter)
     meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size, flagged).str,
             "documents": int(kept.sum()), "sentences": int(doc_starts[-1]),
-            "tokens": total_tokens, "input_bytes": sum(os.path.getsize(p) for p in files),
+            "tokens": total_tokens, "input_bytes": sum(input_files.size(p) for p in files),
             "input_bytes_read": sum(r.bytes_read for r in results),
             "issues": {"counts": issues.counts,
                        "samples": {k: [list(s) for s in v] for k, v in issues.samples.items()}}}

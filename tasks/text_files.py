@@ -39,11 +39,11 @@ Stdlib only.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 from runexp.compiler.specs.source import SourceSpec  # standard library only
+from runexp.tasks import input_files
 
 MAX_LINE_CHARS = 1 << 20
 MAX_SAMPLES = 5
@@ -145,6 +145,10 @@ def expand_globs(patterns: Iterable[str] | str) -> list[str]:
     ``[...]`` stay within one directory, ``**`` spans any number of them, wildcards skip
     names starting with ``.``, and an existing file named exactly by a pattern matches.
 
+    A version of a gs:// object (``gs://bucket/key#generation``, tasks/input_files.py: what
+    the executor hands a stage that reads its corpus in place) is one file, as it is; files
+    sort by their names, versions left out.
+
     Raises:
       FileNotFoundError: when a pattern matches nothing.
     """
@@ -154,11 +158,14 @@ def expand_globs(patterns: Iterable[str] | str) -> list[str]:
         patterns = [patterns]
     files: set[str] = set()
     for pattern in patterns:
+        if input_files.split_pinned(pattern)[1] is not None:
+            files.add(pattern)
+            continue
         matched = globs.expand_local(pattern)
         if not matched:
             raise FileNotFoundError(f"no file matches {pattern!r}")
         files.update(matched)
-    return sorted(files)
+    return sorted(files, key=lambda f: (input_files.split_pinned(f)[0], f))
 
 
 def _fix_line(line: str) -> Optional[str]:
@@ -201,8 +208,8 @@ def iter_segment_lines(path: str, start: int = 0, end: Optional[int] = None,
     on in small reads (256 bytes, doubling), so little past the last line is read.
     ``counter`` counts every byte read.
     """
-    with open(path, "rb", buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
+    with input_files.open_binary(path, end) as f:  # a local file, or a gs:// version
+        size = f.size
         end = size if end is None else min(end, size)
         if start >= end:
             return

@@ -38,12 +38,11 @@ Usage:
 from __future__ import annotations
 
 import json
-import os
 import re
 from typing import Iterator, Optional
 
 from runexp.compiler.specs.source import TEXT_FORMATS, SourceSpec
-from runexp.tasks import sentence_split
+from runexp.tasks import input_files, sentence_split
 from runexp.tasks.text_files import (MAX_LINE_CHARS, InputIssues, ReadCounter, _fix_line,
                                      iter_segment_lines)
 
@@ -96,7 +95,7 @@ class SegmentText:
         if text_format not in ("paragraphs", "jsonl"):
             raise ValueError(f"SegmentText reads paragraphs or jsonl, not {text_format!r}")
         self.path, self.start = path, start
-        self.size = os.path.getsize(path)
+        self.size = input_files.size(path)
         self.end = self.size if end is None else min(end, self.size)
         self.format, self.text_field = text_format, text_field
         self.counter, self.issues, self.line_base = counter, issues, line_base

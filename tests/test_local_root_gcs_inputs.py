@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from runexp.runtime import storage
 
 TEXT = ("The parser reads the file.\nIt returns a list of names.\n\n"
@@ -40,3 +42,37 @@ VOCAB_SIZE = 100
     gone = _runexp(tmp_path, gin, "--dry_run")
     assert gone.returncode == 1
     assert f"{gcs_prefix}/corpus/*.txt" in gone.stdout + gone.stderr
+
+
+def test_a_beam_runner_reads_a_gcs_corpus_in_place(gcs_prefix, tmp_path):
+    """runner 'beam': the pipeline's workers read the corpus ranges from the listed object
+    versions themselves (what Dataflow's workers must do), nothing is downloaded into the
+    input cache, and the records are those runner 'local' makes from its downloaded copy."""
+    pytest.importorskip("apache_beam")
+    storage.write_text(f"{gcs_prefix}/corpus/part-0.txt", TEXT)
+    storage.write_text(f"{gcs_prefix}/corpus/part-1.txt", TEXT.upper())
+    common = f"""include 'runs/pretrain.gin'
+include 'models/bert_tiny.gin'
+CORPUS_FILES = ['{gcs_prefix}/corpus/*.txt']
+MAX_SEQ_LENGTH = 32
+bert_pretraining_task.num_shards = 3
+"""
+    local = tmp_path / "local.gin"
+    local.write_text(common + f"OUTPUT_ROOT = '{tmp_path}/local'\nVOCAB_SIZE = 100\n")
+    run = _runexp(tmp_path / "a", local, "--until=preprocess")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    beam = tmp_path / "beam.gin"
+    beam.write_text(common + f"""OUTPUT_ROOT = '{tmp_path}/beam'
+VOCAB = '{tmp_path}/local/vocab/vocab.txt'
+bert_pretraining_task.runner = 'beam'
+bert_pretraining_task.beam_options = {{'runner': 'DirectRunner', 'direct_num_workers': 2}}
+""")
+    run = _runexp(tmp_path / "b", beam, "--until=preprocess")
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert not [f for _, _, fs in os.walk(tmp_path / "b") for f in fs if f.endswith(".txt")]
+    shards = {}
+    for who in ("local", "beam"):
+        shards[who] = {p.name: p.read_bytes()
+                       for p in sorted((tmp_path / who).glob("preprocess*/*/train.tfrecord-*"))}
+    assert len(shards["local"]) == 3, sorted(shards["local"])
+    assert shards["local"] == shards["beam"]

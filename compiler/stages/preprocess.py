@@ -15,7 +15,7 @@ from runexp.compiler.specs.preprocess import SPLIT_INDEX_DIR
 from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.phases import SINGLE, Phase
-from runexp.compiler.stages.runner import check_runner
+from runexp.compiler.stages.runner import check_corpus_reachable, check_runner
 from runexp.tasks.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
@@ -60,6 +60,7 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SI
                     hint="set VOCAB to that vocab.txt (or SentencePiece .model)")
     if source.format in TEXT_FORMATS:
         inputs, fps, deps = text_inputs(ctx, task, p, b)
+        check_corpus_reachable(ctx, task, b.params, inputs)
     elif source.format == "bert_tfrecord":
         from runexp.compiler.stages.example_files import bert_tfrecord_inputs
         inputs, fps, deps = bert_tfrecord_inputs(ctx, task, p, b)

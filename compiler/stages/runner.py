@@ -147,11 +147,31 @@ def _check_dataflow(ctx, task: str, options: dict, loc, b) -> None:
                    hint="build an sdist (python -m build --sdist) and set 'extra_packages': "
                         "['dist/runexp-<version>.tar.gz'], or use an sdk_container_image "
                         "with runexp installed")
-    ctx.c.warn(f"{task}: DataflowRunner: this runexp reads the corpus on the machine that "
-               "runs the stage, so the run stops before launching the job (the pipeline, "
-               "its gs:// staging and the checks are done; reading corpus ranges on the "
-               "workers is not yet: README, 'Scale-out preprocessing')", loc,
-               hint="use 'DirectRunner' (or runner = 'local') on one machine until then")
+
+
+def check_corpus_reachable(ctx, task: str, p: dict, inputs: dict) -> None:
+    """Dataflow's workers read the corpus ranges from Cloud Storage themselves
+    (tasks/input_files.py): a corpus on this machine, or documents a seqio source writes on
+    it, is an error at plan time rather than at launch."""
+    spec = RunnerSpec.pick(p)
+    if spec.runner != "beam" or spec.beam_runner() not in REMOTE_BEAM_RUNNERS:
+        return
+    loc = ctx.loc(TASK, "beam_options", task) or ctx.loc(TASK, "runner", task)
+    source = SourceSpec.pick(p)
+    if source.reads_seqio:
+        ctx.c.error(f"{task}: format {source.format!r} is read through seqio on this machine, "
+                    f"whose documents {spec.beam_runner()}'s workers cannot read", loc,
+                    hint="write the documents as text or JSON lines to gs:// and use format "
+                         "'paragraphs' or 'jsonl', or use runner 'DirectRunner' or 'local'")
+        return
+    local = [v for key in ("train_files", "validation_files")
+             for v in inputs.get(key) or [] if not uris.is_gcs(v)]
+    if local:
+        ctx.c.error(f"{task}: {spec.beam_runner()}'s workers read the corpus from Cloud "
+                    f"Storage, but {local[0]} is on this machine", loc,
+                    hint="copy the corpus to gs:// (gcloud storage cp -r DIR gs://BUCKET/"
+                         "corpus/) and point the task's files there, or use runner "
+                         "'DirectRunner' or 'local'")
 
 
 # --- the plan's lines -----------------------------------------------------------------------

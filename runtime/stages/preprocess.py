@@ -36,6 +36,20 @@ from runexp.tasks.text_files import InputIssues, expand_globs
 SPLITS = ("train", "validation")
 
 
+def inputs_read_in_place(stage) -> tuple[str, ...]:
+    """The inputs the executor hands this stage as they are when on gs:// (the versions the
+    plan listed, tasks/input_files.py) rather than downloading them first: with runner
+    'beam', the corpus files, whose ranges the pipeline's workers read from Cloud Storage
+    themselves (on Dataflow they could not read a copy on this machine; on this machine
+    the launcher need not download a large corpus before the workers start)."""
+    from runexp.compiler.specs.source import SourceSpec
+    source = SourceSpec.pick(stage.params)
+    if stage.params.get("runner") != "beam" or not source.makes_instances \
+            or source.reads_seqio:
+        return ()
+    return tuple(f"{split}_files" for split in SPLITS)
+
+
 def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
           cache_dir: str) -> list[ShardJob]:
     index_root = ctx.inputs.get("split_index_dir")

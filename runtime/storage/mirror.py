@@ -101,13 +101,16 @@ class Mirror:
             f.write(stage.fingerprint)
         return local
 
-    def _localize(self, value):
+    def _localize(self, value, in_place: bool = False):
+        """``value`` with its gs:// URIs as local copies; with ``in_place``, a user's gs://
+        files as the versions the plan listed (``gs://bucket/key#generation``,
+        tasks/input_files.py), read where they are by the stage."""
         if isinstance(value, dict):
-            return {k: self._localize(v) for k, v in value.items()}
+            return {k: self._localize(v, in_place) for k, v in value.items()}
         if isinstance(value, list):
             out = []
             for v in value:
-                local = self._localize(v)
+                local = self._localize(v, in_place)
                 out.extend(local if isinstance(local, list) else [local])
             return out
         if not isinstance(value, str) or not uris.is_gcs(value):
@@ -119,6 +122,20 @@ class Mirror:
         # A user's file on gs:// (corpus, fine-tune data, a released checkpoint): download what
         # it names into the input cache, in the versions the plan listed (listed now if the
         # plan has no listing: compiled offline, or an older plan).
+        listing = self._listing(value)
+        if in_place:
+            from runexp.tasks.input_files import pinned
+            return [pinned(uri, listing[uri].get("generation")) for uri in sorted(listing)]
+        local = self._download_inputs(value, listing)
+        if not globs.has_magic(value) and value not in listing:
+            # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
+            # <prefix>.data-*; the local prefix stands for them.
+            return self._input_path(value)
+        return local
+
+    def _listing(self, value: str) -> dict:
+        """{uri: version} of the objects a user's gs:// input names (FileNotFoundError when
+        none)."""
         listing = self._listed.get(value)
         if listing is None:
             listing = {o["uri"]: o for o in storage.glob_objects(value)}
@@ -126,12 +143,7 @@ class Mirror:
                 listing = {o["uri"]: o for o in storage.glob_objects(globs.escape(value) + ".*")}
         if not listing:
             raise FileNotFoundError(f"{value} matches no object")
-        local = self._download_inputs(value, listing)
-        if not globs.has_magic(value) and value not in listing:
-            # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
-            # <prefix>.data-*; the local prefix stands for them.
-            return self._input_path(value)
-        return local
+        return listing
 
     def _download_inputs(self, value: str, listing: dict) -> list[str]:
         """The listed objects of one input, downloaded (or found cached), with progress in
@@ -187,15 +199,17 @@ class Mirror:
             json.dump({**want, "size": st.st_size, "mtime_ns": st.st_mtime_ns}, f)
         return dest
 
-    def local_inputs(self, stage: Stage) -> Stage:
+    def local_inputs(self, stage: Stage, in_place: tuple = ()) -> Stage:
         """The stage with its gs:// inputs as local copies (read-only views: a local output
-        root reading a gs:// corpus, or a worker joining a gs:// experiment)."""
-        return dataclasses.replace(stage, inputs={k: self._localize(v)
+        root reading a gs:// corpus, or a worker joining a gs:// experiment); the inputs
+        named in ``in_place`` as the listed versions, read where they are."""
+        return dataclasses.replace(stage, inputs={k: self._localize(v, k in in_place)
                                                   for k, v in stage.inputs.items()})
 
-    def local_stage(self, stage: Stage, resume: bool) -> Stage:
-        """The stage as its handler sees it: local inputs and a local work directory."""
-        inputs = {k: self._localize(v) for k, v in stage.inputs.items()}
+    def local_stage(self, stage: Stage, resume: bool, in_place: tuple = ()) -> Stage:
+        """The stage as its handler sees it: local inputs (``in_place``: as local_inputs)
+        and a local work directory."""
+        inputs = {k: self._localize(v, k in in_place) for k, v in stage.inputs.items()}
         work = self.local_dir(stage) + ".work"
         for leftover in (work, self.staging_dir(stage)):  # a killed run's
             if os.path.isdir(leftover):

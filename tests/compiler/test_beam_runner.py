@@ -32,16 +32,23 @@ def _text(plan):
     return render_plan(plan, {s.id: StageState(CREATE, "new") for s in plan.stages})
 
 
-def test_the_runner_is_not_in_the_fingerprint(write, minimal):
+def test_the_runner_is_not_in_the_fingerprint(write, minimal, monkeypatch):
     local = compile_experiment([minimal]).plan
     explicit = _compile(write, minimal, "bert_pretraining_task.runner = 'local'").plan
     direct = _compile(write, minimal, "bert_pretraining_task.runner = 'beam'\n"
                       "bert_pretraining_task.beam_options = {'direct_num_workers': 2}").plan
-    dataflow = _compile(write, minimal, "bert_pretraining_task.runner = 'beam'\n"
-                        f"bert_pretraining_task.beam_options = {DATAFLOW}").plan
     fingerprints = {s.id: s.fingerprint for s in local.stages}
-    for plan in (explicit, direct, dataflow):
+    for plan in (explicit, direct):
         assert {s.id: s.fingerprint for s in plan.stages} == fingerprints
+    # Dataflow's workers read a corpus on gs:// (planned here without listing it).
+    monkeypatch.setenv("RUNEXP_NO_INPUT_LISTING", "1")
+    on_gcs = ("CORPUS_FILES = 'gs://bucket/corpus/*.txt'\n"
+              "HELDOUT_FILES = 'gs://bucket/corpus/heldout.txt'")
+    gcs_local = _compile(write, minimal, on_gcs).plan
+    dataflow = _compile(write, minimal, f"{on_gcs}\nbert_pretraining_task.runner = 'beam'\n"
+                        f"bert_pretraining_task.beam_options = {DATAFLOW}").plan
+    assert {s.id: s.fingerprint for s in dataflow.stages} == \
+        {s.id: s.fingerprint for s in gcs_local.stages}
     # runner 'local' leaves the plan as it was; 'beam' shows the runner and its options.
     assert "runner" not in local.stage("preprocess.pretrain").params
     assert explicit.stage("preprocess.pretrain").params == \
@@ -51,7 +58,28 @@ def test_the_runner_is_not_in_the_fingerprint(write, minimal):
     assert "runner: Apache Beam DirectRunner on this machine, 2 worker processes" in _text(direct)
     text = _text(dataflow)
     assert "runner: Apache Beam DataflowRunner in p/us-central1, n1-standard-1 workers" in text
-    assert "cost: about" in text and "vCPU-hours" in text
+    assert "cost: about $" in text and "per 100 GB of text" in text  # the size is unknown
+
+
+def test_dataflow_reads_a_listed_gcs_corpus_and_the_plan_prices_it(write, minimal, gcs_prefix):
+    from runexp.runtime import storage
+
+    storage.write_text(f"{gcs_prefix}/corpus/part-0.txt", "A sentence of text.\n" * 50000)
+    storage.write_text(f"{gcs_prefix}/heldout.txt", "A held-out sentence.\n" * 100)
+    plan = _compile(write, minimal, f"CORPUS_FILES = '{gcs_prefix}/corpus/*.txt'\n"
+                    f"HELDOUT_FILES = '{gcs_prefix}/heldout.txt'\n"
+                    "bert_pretraining_task.runner = 'beam'\n"
+                    f"bert_pretraining_task.beam_options = {DATAFLOW}").plan
+    text = _text(plan)
+    assert "cost: about 0.00 vCPU-hours for 1.0 MB of text at dupe_factor" in text, text
+
+
+def test_dataflow_with_a_corpus_on_this_machine_is_refused_at_plan_time(write, minimal):
+    text = _errors(write, minimal, "bert_pretraining_task.runner = 'beam'\n"
+                   f"bert_pretraining_task.beam_options = {DATAFLOW}")
+    assert "DataflowRunner's workers read the corpus from Cloud Storage, but " in text
+    assert f"{os.path.dirname(minimal)}/" in text and " is on this machine" in text
+    assert "hint: copy the corpus to gs://" in text
 
 
 def test_dataflow_needs_a_project_a_region_and_a_gs_temp_location(write, minimal):

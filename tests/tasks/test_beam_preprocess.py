@@ -164,14 +164,14 @@ def test_shared_directory_path_and_kept_indexes_match_the_local_runner(tmp_path)
     assert not os.path.exists(tmp_path / "shared") and not os.path.exists(tmp_path / "shared2")
 
 
-def test_a_remote_runner_is_refused_before_launching_when_it_cannot_read_the_corpus(tmp_path):
+def test_a_remote_runner_is_refused_before_launching_when_the_corpus_is_local(tmp_path):
     vocab_dir = make_corpus(tmp_path, "sentence_lines")
     config = PretrainingConfig.of(max_seq_length=32, max_predictions_per_seq=5)
     jobs = plan_shard_jobs({"train": (str(tmp_path / "train-0.txt"),)}, vocab_dir, config, 2,
                            str(tmp_path))
     options = {"runner": "DataflowRunner", "project": "p", "region": "us-central1",
                "temp_location": "gs://bucket/tmp"}
-    with pytest.raises(UserError, match="cannot read the corpus on this one"):
+    with pytest.raises(UserError, match="cannot read the corpus on this one.*\n  hint: copy the corpus to Cloud Storage"):
         list(run_beam_shard_jobs(jobs, options, 2))
 
 
@@ -181,3 +181,54 @@ def test_the_beam_module_imports_neither_tensorflow_nor_seqio():
             "assert not heavy, heavy\n"
             "import runexp.runtime.stages.preprocess, runexp.compiler.planner\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_workers_read_a_gcs_corpus_in_place_and_hand_on_through_gcs(tmp_path, gcs_prefix):
+    """Dataflow's path, run here by DirectRunner against a GCS server on loopback: the workers
+    read their byte ranges of the corpus from the object versions the plan listed
+    (``gs://...#generation``, no copy on the launcher), get the vocabulary, ranges, index and
+    shards through a gs:// shared directory; the records and stats are the local runner's on
+    the same files kept locally. A version gone before launch is one clear error."""
+    from runexp.runtime import storage
+    from runexp.tasks.input_files import pinned, split_pinned
+
+    vocab_dir = make_corpus(tmp_path, "sentence_lines")
+    local_files = sorted(tmp_path.glob("train-*.txt"))
+    for path in local_files:
+        storage.upload_file(str(path), f"{gcs_prefix}/corpus/{path.name}")
+    listing = storage.glob_objects(f"{gcs_prefix}/corpus/train-*.txt")
+    remote = tuple(pinned(o["uri"], o["generation"]) for o in listing)
+    assert len(remote) == len(local_files) and all("#" in r for r in remote)
+    config = PretrainingConfig.of(max_seq_length=32, max_predictions_per_seq=5, dupe_factor=2,
+                                  random_seed=3)
+    outputs = {}
+    for who, files in (("local", tuple(map(str, local_files))), ("beam", remote)):
+        out = tmp_path / who
+        out.mkdir()
+        jobs = plan_shard_jobs({"train": files}, vocab_dir, config, 3, str(out))
+        if who == "local":
+            results = list(run_shard_jobs(jobs))
+        else:
+            results = list(run_beam_shard_jobs(jobs, DIRECT, 2,
+                                               shared_dir=f"{gcs_prefix}/shared"))
+        stats = sorted((s, k, st.counts(), dict(st.issues.counts)) for s, k, st in results)
+        # Bad input is reported at the same file (a path, or an object's version) and line.
+        where = sorted((kind, split_pinned(path)[0].rsplit("/", 1)[-1], line)
+                       for _, _, st in results for kind, found in st.issues.samples.items()
+                       for path, line in found)
+        outputs[who] = (out, stats, where)
+    (out_a, stats_a, where_a), (out_b, stats_b, where_b) = outputs.values()
+    assert stats_a == stats_b
+    assert where_a == where_b and ("non_utf8_lines", "train-1.txt", 43) in where_a, where_a
+    assert sum(st["instances"] for _, _, st, _ in stats_a) > 0
+    assert sorted(os.listdir(out_a)) == sorted(os.listdir(out_b))
+    for name in os.listdir(out_a):
+        assert (out_a / name).read_bytes() == (out_b / name).read_bytes(), name
+    assert storage.list(f"{gcs_prefix}/shared") == []  # the scratch is gone
+
+    # The corpus changes after the plan listed it: refused at launch, naming the object.
+    storage.upload_file(str(local_files[0]), f"{gcs_prefix}/corpus/{local_files[0].name}")
+    (tmp_path / "again").mkdir()
+    jobs = plan_shard_jobs({"train": remote}, vocab_dir, config, 3, str(tmp_path / "again"))
+    with pytest.raises(storage.InputChangedError, match="train-0.txt changed after the plan"):
+        list(run_beam_shard_jobs(jobs, DIRECT, 2, shared_dir=f"{gcs_prefix}/shared2"))
