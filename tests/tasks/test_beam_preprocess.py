@@ -171,7 +171,8 @@ def test_a_remote_runner_is_refused_before_launching_when_the_corpus_is_local(tm
                            str(tmp_path))
     options = {"runner": "DataflowRunner", "project": "p", "region": "us-central1",
                "temp_location": "gs://bucket/tmp"}
-    with pytest.raises(UserError, match="cannot read the corpus on this one.*\n  hint: copy the corpus to Cloud Storage"):
+    with pytest.raises(UserError, match="cannot read the corpus on this one.*\n  hint: copy "
+                                        "the corpus to Cloud Storage"):
         list(run_beam_shard_jobs(jobs, options, 2))
 
 
