@@ -39,6 +39,7 @@ def test_a_version_reads_the_same_lines_as_a_local_copy_at_any_cut(corpus, monke
     cuts = sorted({0, size, *(rng.randrange(size) for _ in range(9))})
     for start, end in zip(cuts, cuts[1:]):
         counts = []
+        fetched = input_files.FetchStats.bytes
         for path in (local, remote):
             counter = ReadCounter()
             lines = list(iter_segment_lines(path, start, end, counter))
@@ -47,6 +48,9 @@ def test_a_version_reads_the_same_lines_as_a_local_copy_at_any_cut(corpus, monke
                 want = lines
         assert lines == want, (start, end)
         assert counts[0] == counts[1]  # the readers' own reads, whatever the requests
+        # Fetched: what the reader read, and nothing more (read-ahead stops at the range's
+        # end; past it, requests are the reader's own small reads).
+        assert input_files.FetchStats.bytes - fetched == counts[1], (start, end)
     whole = [line for s, e in zip(cuts, cuts[1:]) for _, line in iter_segment_lines(remote, s, e)]
     assert whole == [line for _, line in iter_segment_lines(local)]
     events = [list(SegmentText(p, 0, size // 2, "paragraphs")) for p in (local, remote)]
