@@ -39,6 +39,10 @@ class FinetuneSpec(Spec):
     compute_dtype: str = setting(TrainSpec.compute_dtype, "the pretraining compute dtype "
                                                           "(train.compute_dtype)",
                                  gin="train.compute_dtype")
+    recompute: str = setting(TrainSpec.recompute, "the pretraining's activation recomputation "
+                                                  "(train.recompute): long sequences fit in "
+                                                  "less memory", gin="train.recompute",
+                             choices=("none", "layers"))
     accelerator: Optional[dict] = setting(None, "the accelerator profile", gin=None)
     deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
                                                    "time.time() (from experiment.wall_time_hours)",

@@ -174,7 +174,8 @@ def run(ctx) -> dict:
     xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
         model = BertClassifier(config, num_labels=len(labels),
-                               compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla)
+                               compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla,
+                               recompute=spec.recompute)
         optimizer = optimizer_from_spec(spec.optimization(), train_steps, config.hidden_size)
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
                       metrics_fn=classification_metrics, progress=ctx.progress,

@@ -257,3 +257,16 @@ def test_plan_schema_lists_the_resumable_fields():
     for kind in KINDS.values():
         for name in kind.resumable:
             assert f"`{name}`" in section, f"docs/PLAN_SCHEMA.md does not list {name}"
+
+
+def test_fine_tuning_follows_the_pretrainings_recomputation_and_dtype():
+    """finetune has no knob of its own for these: train.recompute and train.compute_dtype
+    (FinetuneSpec's gin="train...."), so a user who needs recomputation to pretrain at a
+    length gets it when fine-tuning at that length too."""
+    quickstart = os.path.join(REPO, "gin", "quickstart.gin")
+    plain = compile_experiment([quickstart]).plan
+    plan = compile_experiment([quickstart], ["train.recompute = 'layers'"]).plan
+    [before] = [s for s in plain.stages if s.kind == "finetune"]
+    [after] = [s for s in plan.stages if s.kind == "finetune"]
+    assert before.params["recompute"] == "none" and after.params["recompute"] == "layers"
+    assert after.fingerprint != before.fingerprint

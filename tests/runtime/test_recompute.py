@@ -189,3 +189,22 @@ def test_pretrain_stage_recomputes_and_resumes_either_way(pretrain_data, tmp_pat
     np.testing.assert_allclose(losses(on), losses(off), rtol=1e-5)
     resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, on))
     assert resumed["resumed_from"].endswith("ckpt-20") and resumed["step"] == 30
+
+
+def test_the_fine_tuning_classifier_recomputes_with_equal_gradients():
+    """finetune follows train.recompute (compiler/specs/finetune.py): the classifier's
+    gradients, dropout on, under XLA, are those without recomputation."""
+    from runexp.runtime.model import BertClassifier
+
+    plain = BertClassifier(CONFIG, num_labels=3, seed=5, xla=True)
+    recomputed = BertClassifier(CONFIG, num_labels=3, seed=5, xla=True, recompute="layers")
+    for name, var in recomputed.google_variables().items():
+        var.assign(plain.google_variables()[name])
+    features = {k: v for k, v in _features().items() if not k.startswith(("masked", "next"))}
+    features["label_ids"] = np.array([0, 2, 1], np.int32)
+    names, expected = _gradient_fn(plain, jit_compile=True)
+    _, actual = _gradient_fn(recomputed, jit_compile=True)
+    loss_a, grads_a = expected(features)
+    loss_b, grads_b = actual(features)
+    assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-6)
+    _assert_close(names, grads_a, grads_b)
