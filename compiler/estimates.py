@@ -106,43 +106,81 @@ def optimizer_slot_values(model: dict, optimizer: str) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Memory:
-    """Bytes one replica holds at the peak of a training step."""
+    """Bytes one replica holds at the peak of a training step: ``state + activations``."""
 
     state: int  # weights, gradients, optimizer slots (float32), the accumulation sum
-    activations: int  # kept for the backward pass of one micro-batch (and its MLM logits)
+    activations: int  # what the peak holds beyond the state (see memory())
 
     @property
     def gb(self) -> float:
         return (self.state + self.activations) / 1e9
 
 
+# Calibrated against XLA's buffer assignment of the train step (bench/memory.py: tiny, mini
+# and base encoders x seq 128/512 x recompute none/layers, float32): what each transformer
+# layer keeps for the backward pass, per token, in activation values (scaled by
+# ACTIVATION_BYTES) and in bytes of dropout masks.
+LAYER_VALUES_H = 8  # x h: QKV input, Q, K, V, context, attention-output and FFN inputs, LN
+LAYER_VALUES_I = 3  # x i: the FFN's pre-activation, tanh-GELU's tanh, the GELU output
+EMBEDDING_VALUES_H = 3  # x h: the word and position gathers, the pooler slice's gradient
+MASK_BYTES = 4  # a dropout mask is kept as the 32-bit random words it is drawn from
+
+
 def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
            compute_dtype: str = "float32", recompute: str = "none", grad_accum_steps: int = 1,
            predictions: int = 0) -> Memory:
-    """Per replica: float32 weights and gradients (8 bytes a parameter), the optimizer's
-    slots (4 bytes a value), with gradient accumulation a float32 sum of the gradients; and
-    the activations of one micro-batch (``micro_batch`` examples per replica).
+    """Per replica, at the peak of a training step under XLA (the model of what XLA holds,
+    calibrated by bench/memory.py, within a few % on CPU).
 
-    Activations per layer and token (Korthikanti et al. 2022, counted in 16-bit values and
-    scaled to the compute dtype): (18 h + 4 i + 5 heads s) x bytes / 2 (34 h + 5 heads s at
-    i = 4 h). recompute 'layers' keeps each layer's input (h values a token) and one layer's
-    full activations, recomputed in turn during the backward pass. The MLM logits and their
-    gradient are float32: 8 x predictions x vocab bytes an example."""
+    state: float32 weights and gradients (8 bytes a parameter), the optimizer's slots
+    (4 bytes a value), with gradient accumulation a float32 sum of the gradients.
+
+    activations, of one micro-batch (``micro_batch`` examples per replica), per token:
+      each layer keeps (Korthikanti et al. 2022, as XLA actually holds them)
+        bytes x (8 h + 3 i + 2 heads s)      activations (1 heads s without attention
+                                             dropout: the softmax output alone)
+        + 4 x (2 h + heads s)                dropout masks (hidden x 2, attention): the
+                                             32-bit random words, in every compute dtype
+      the embeddings keep bytes x 3 h + 4 h (their mask).
+      recompute 'layers': each layer keeps its input (bytes x h) and its dropout masks
+      (XLA keeps the forward pass's random words rather than drawing them again: the
+      recomputation draws the same ones), and one layer's full activations are live again
+      while it is recomputed in the backward pass.
+      The MLM logits and their gradient are float32: 8 x predictions x vocab bytes an
+      example (the peak is the MLM head's backward, or a layer's recomputation, whichever
+      holds more).
+    Gradients: XLA computes them during the backward pass into memory the activations it
+    frees; at the peak (the start of the backward pass) only the MLM head's exist, the
+    tied word embeddings' (4 x vocab x h bytes). So ``activations`` is the peak's bytes
+    beyond ``state``: the above + that gradient - all gradients, and at least 0 (a small
+    micro-batch: the peak is all gradients, at the optimizer's update, which global-norm
+    clipping makes wait for every one of them)."""
     params = parameter_count(model)
-    state = 4 * (2 * params + optimizer_slot_values(model, optimizer))
+    grads = 4 * params
+    state = 4 * (params + optimizer_slot_values(model, optimizer)) + grads
     if grad_accum_steps > 1:
         state += 4 * params
-    h, i = model["hidden_size"], model["intermediate_size"]
+    h, i, vocab = model["hidden_size"], model["intermediate_size"], model["vocab_size"]
     heads, layers = model["num_attention_heads"], model["num_hidden_layers"]
     nbytes = ACTIVATION_BYTES.get(compute_dtype, 4)
+    masks = 2 * h if model.get("hidden_dropout_prob", 0.1) > 0 else 0
+    scores = heads * seq  # attention probabilities per token
+    if model.get("attention_probs_dropout_prob", 0.1) > 0:
+        masks += scores
+        scores *= 2  # and their dropout output
     tokens = micro_batch * seq
-    full_layer = tokens * (18 * h + 4 * i + 5 * heads * seq) * nbytes // 2
+    full_layer = tokens * (nbytes * (LAYER_VALUES_H * h + LAYER_VALUES_I * i + scores)
+                           + MASK_BYTES * masks)
+    embeddings = tokens * (nbytes * EMBEDDING_VALUES_H * h + MASK_BYTES * h)
+    logits = 8 * micro_batch * predictions * vocab
     if recompute == "layers":
-        kept = layers * tokens * h * nbytes + full_layer
+        kept = layers * tokens * (nbytes * h + MASK_BYTES * masks) + embeddings
+        working = max(logits, full_layer)
     else:
-        kept = layers * full_layer
-    logits = 8 * micro_batch * predictions * model["vocab_size"]
-    return Memory(state=state, activations=kept + logits)
+        kept = layers * full_layer + embeddings
+        working = logits
+    peak = kept + working + 4 * vocab * h
+    return Memory(state=state, activations=max(peak - grads, 0))
 
 
 def memory_gb(model: dict, per_replica_batch: int, seq: int, **kwargs) -> float:

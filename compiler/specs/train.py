@@ -64,7 +64,7 @@ class TrainSpec(Spec):
     recompute: str = setting("none", "activation recomputation: 'layers' reruns each "
                                      "transformer layer in the backward pass (less memory, "
                                      "more compute; same gradients under XLA)",
-                             choices=("none", "layers"))
+                             choices=("none", "layers"), phase=True)
     eval_every: int = setting(0, "steps between held-out evaluations during training (0: off)",
                               minimum=0)
     max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)
