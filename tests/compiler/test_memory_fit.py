@@ -96,6 +96,12 @@ def test_each_phase_is_checked_with_phase_settings_proposed(base512):
     assert "error: pretrain needs" not in text  # phase 1 (128 tokens) fits
     assert "phase 2's 'grad_accum_steps': 8: about 5.4 GB" in text
     assert "phase 2's 'grad_accum_steps': 2 with phase 2's 'recompute': 'layers'" in text
+    # As proposed: phase 2 alone recomputes (phase 1 at 128 tokens need not pay for it).
+    plan = base512("train.phases = [{'max_seq_length': 128, 'max_predictions_per_seq': 20, "
+                   "'steps': 900}, {'max_seq_length': 512, 'max_predictions_per_seq': 80, "
+                   "'steps': 100, 'grad_accum_steps': 2, 'recompute': 'layers'}]").plan
+    assert plan.stage("pretrain").params["recompute"] == "none"
+    assert plan.stage("pretrain.phase2").params["recompute"] == "layers"
 
 
 def test_memory_terms():
