@@ -369,7 +369,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from runexp.compiler.state import SKIP
 
     try:
-        states = select(plan, plan_states(plan), args.until, args.only)
+        states = select(plan, plan_states(plan, offline=args.offline), args.until, args.only)
     except UserError as e:
         print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR

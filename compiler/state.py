@@ -234,11 +234,16 @@ def _stage_state(stage: Stage, upstream: dict[str, StageState]) -> StageState:
     return StageState(CREATE, "not built yet")
 
 
-def plan_states(plan: Plan) -> dict[str, StageState]:
-    """Every stage's action. A gs:// root that cannot be read (offline, no credentials) makes
-    every stage "create" with the reason, rather than failing the dry run."""
+def plan_states(plan: Plan, offline: bool = False) -> dict[str, StageState]:
+    """Every stage's action. A gs:// root that cannot be read (no credentials, no network)
+    makes every stage "create" with the reason, rather than failing the dry run; with
+    ``offline`` (--offline) a gs:// root is not read at all, and the reason says so."""
     states: dict[str, StageState] = {}
     for stage in plan.stages:
+        if offline and uris.is_gcs(stage.output_dir):
+            states[stage.id] = StageState(CREATE, "not known: planned --offline (its state on "
+                                                  "gs:// was not read)")
+            continue
         try:
             states[stage.id] = stage_state(stage, states)
         except Exception as e:  # storage errors, missing credentials, no network

@@ -142,6 +142,9 @@ def test_gcs_root_without_credentials_says_how_to_authenticate(tmp_path):
                              text=True, env=env, timeout=300)
     assert offline.returncode == 2, offline.stderr
     assert "skipped: offline planning (--offline)" in offline.stdout
+    # The state on gs:// is not read either: each stage says so, not a credentials error.
+    assert "why: not known: planned --offline (its state on gs:// was not read)" in offline.stdout
+    assert "DefaultCredentialsError" not in offline.stdout
     refused = subprocess.run(args + ["--offline"], capture_output=True, text=True, env=env,
                              timeout=300)
     assert refused.returncode == 1 and "--offline only plans" in refused.stderr
