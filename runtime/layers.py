@@ -113,6 +113,41 @@ class LayerNorm(tf.Module):
         return {f"{self.scope}/gamma": self.gamma, f"{self.scope}/beta": self.beta}
 
 
+def _through_packed_bits(keep):
+    """The boolean mask ``keep``, unchanged, rebuilt from a copy packed 8 elements a byte.
+
+    Under XLA the dropout's compare and multiply fuse into their consumers (the forward
+    product and the backward's), so what stays live for the backward pass is their operand:
+    the 32-bit random words, 4 bytes an element. Packing takes a reduction, which XLA does not
+    duplicate into consumers: the words die after the forward pass and the backward keeps the
+    packed bytes, 1 bit an element. Only the attention probabilities' masks (rank 4; most of
+    the dropout memory: heads * seq elements a token against 2 * hidden) are packed: packing
+    the hidden-state masks (rank 2) changes how XLA fuses the residual add and LayerNorm that
+    follow them, and the gradients' rounding in the last bit. Masks whose size is not static
+    or not a multiple of 8 are returned as they are too."""
+    size = keep.shape.num_elements()
+    if keep.shape.rank != 4 or size is None or size % 8:
+        return keep
+    weights = tf.constant([1 << i for i in range(8)], tf.uint8)
+    bits = tf.reshape(tf.cast(keep, tf.uint8), [size // 8, 8])
+    packed = tf.reduce_sum(bits * weights, axis=1)  # distinct powers of 2: at most 255
+    return tf.reshape(tf.bitwise.bitwise_and(packed[:, tf.newaxis], weights) > 0, keep.shape)
+
+
+def _opaque_key(key, x):
+    """``key`` plus a zero XLA cannot fold: the bits of x's first element ANDed with their
+    complement. A recomputed layer (``tf.recompute_grad``) draws its masks again from the
+    keys drawn ahead for its forward pass; without the dependence on x (which in the
+    recomputation depends on the backward pass) XLA merges the two draws as a common
+    subexpression and keeps every layer's mask from the forward pass to the backward."""
+    if x.shape.num_elements() == 0:
+        return key
+    first = tf.stop_gradient(tf.reshape(x, [-1])[:1])
+    bits = tf.bitcast(first, {1: tf.int8, 2: tf.int16, 4: tf.int32, 8: tf.int64}[x.dtype.size])
+    zero = tf.bitwise.bitwise_and(bits, tf.bitwise.invert(bits))
+    return key + tf.cast(zero, key.dtype)
+
+
 class Dropout(tf.Module):
     """Inverted dropout drawing its masks from one seeded ``tf.random.Generator``.
 
@@ -148,10 +183,15 @@ class Dropout(tf.Module):
             threshold = min(int(round(rate * 2 ** 32)), 2 ** 32 - 1)
             if key is None:
                 key = self.key(rate, training)
+            elif self.xla:
+                key = _opaque_key(key, x)
             words = tf.random.stateless_uniform(tf.shape(x), seed=key, minval=None,
                                                 maxval=None, dtype=tf.uint32,
                                                 alg="threefry" if self.xla else "philox")
-            keep = tf.cast(words >= tf.constant(threshold, tf.uint32), x.dtype)
+            keep = words >= tf.constant(threshold, tf.uint32)
+            if self.xla:
+                keep = _through_packed_bits(keep)
+            keep = tf.cast(keep, x.dtype)
             return x * (keep * (2 ** 32 / (2 ** 32 - threshold)))
         threshold = int(round(rate * 65536))
         n = tf.size(x)

@@ -208,3 +208,54 @@ def test_the_fine_tuning_classifier_recomputes_with_equal_gradients():
     loss_b, grads_b = actual(features)
     assert float(loss_a) == pytest.approx(float(loss_b), rel=1e-6)
     _assert_close(names, grads_a, grads_b)
+
+
+def _threefry_dropout(x, rate, key):
+    """The XLA-mode dropout formula as it was before the mask was kept bit-packed: the
+    same ThreeFry words, threshold compare and scale, nothing kept in between."""
+    threshold = min(int(round(rate * 2 ** 32)), 2 ** 32 - 1)
+    words = tf.random.stateless_uniform(tf.shape(x), seed=key, minval=None, maxval=None,
+                                        dtype=tf.uint32, alg="threefry")
+    keep = tf.cast(words >= tf.constant(threshold, tf.uint32), x.dtype)
+    return x * (keep * (2 ** 32 / (2 ** 32 - threshold)))
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+@pytest.mark.parametrize("shape", [[3, 2, 12, 12], [1, 1, 5, 7], [36, 16], [5, 7]])
+def test_xla_dropout_is_bit_identical_to_the_unpacked_formula(shape, dtype):
+    """Under XLA the dropout keeps the attention probabilities' (rank 4) masks packed 8
+    elements a byte and makes an explicit key opaque to XLA's common-subexpression
+    elimination (runtime/layers.py): its outputs and gradients, drawing its own key or given
+    one, and through tf.recompute_grad, are bit for bit those of the plain formula from the
+    same key (rank 2, and sizes not a multiple of 8, take the unpacked path)."""
+    from runexp.runtime.layers import Dropout
+
+    rng = np.random.default_rng(sum(shape))
+    x = tf.cast(rng.normal(size=shape), dtype)
+    g = tf.cast(rng.normal(size=shape), dtype)
+    int_type = {2: tf.int16, 4: tf.int32}[dtype.size]
+    for rate in (0.1, 0.5, 0.9):
+        dropout, twin = Dropout(seed=11, xla=True), Dropout(seed=11, xla=True)
+
+        @tf.function(jit_compile=True)
+        def outputs(x, g):
+            key = twin.key(rate, True)  # the key dropout's own next call draws
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(x)
+                ys = [dropout(x, rate, True), dropout(x, rate, True, key=key),
+                      tf.recompute_grad(lambda h: dropout(h, rate, True, key=key) * h)(x),
+                      _threefry_dropout(x, rate, key),
+                      tf.recompute_grad(lambda h: _threefry_dropout(h, rate, key) * h)(x)]
+                losses = [tf.reduce_sum(tf.cast(y * g, tf.float32)) for y in ys]
+            grads = [tape.gradient(loss, x) for loss in losses]
+            return [tf.bitcast(t, int_type) for t in ys + grads]
+
+        y_own, y_key, y_rec, y_ref, y_ref_rec, g_own, g_key, g_rec, g_ref, g_ref_rec = [
+            t.numpy() for t in outputs(x, g)]
+        for actual in (y_own, y_key):
+            np.testing.assert_array_equal(actual, y_ref)
+        np.testing.assert_array_equal(y_rec, y_ref_rec)
+        for actual in (g_own, g_key):
+            np.testing.assert_array_equal(actual, g_ref)
+        np.testing.assert_array_equal(g_rec, g_ref_rec)
+        assert 0 < (y_ref == 0).sum() < y_ref.size  # some dropped, some kept
