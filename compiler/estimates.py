@@ -116,14 +116,15 @@ class Memory:
         return (self.state + self.activations) / 1e9
 
 
-# Calibrated against XLA's buffer assignment of the train step (bench/memory.py: tiny, mini
+# Calibrated against XLA's buffer assignment of the train step (bench/memory.py: tiny, small
 # and base encoders x seq 128/512 x recompute none/layers, float32): what each transformer
 # layer keeps for the backward pass, per token, in activation values (scaled by
-# ACTIVATION_BYTES) and in bytes of dropout masks.
+# ACTIVATION_BYTES) and in bytes of dropout masks (runtime/layers.py Dropout, under XLA).
 LAYER_VALUES_H = 8  # x h: QKV input, Q, K, V, context, attention-output and FFN inputs, LN
 LAYER_VALUES_I = 3  # x i: the FFN's pre-activation, tanh-GELU's tanh, the GELU output
 EMBEDDING_VALUES_H = 3  # x h: the word and position gathers, the pooler slice's gradient
-MASK_BYTES = 4  # a dropout mask is kept as the 32-bit random words it is drawn from
+HIDDEN_MASK_BYTES = 4  # a hidden-state dropout mask: the 32-bit random words it is drawn from
+ATTENTION_MASK_BYTES = 1 / 8  # the attention probabilities' masks: packed, a bit an element
 
 
 def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
@@ -139,22 +140,21 @@ def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
       each layer keeps (Korthikanti et al. 2022, as XLA actually holds them)
         bytes x (8 h + 3 i + 2 heads s)      activations (1 heads s without attention
                                              dropout: the softmax output alone)
-        + 4 x (2 h + heads s)                dropout masks (hidden x 2, attention): the
-                                             32-bit random words, in every compute dtype
+        + 4 x 2 h + heads s / 8              dropout masks: the hidden states' as the 32-bit
+                                             random words, the attention probabilities'
+                                             packed 8 to a byte, in every compute dtype
       the embeddings keep bytes x 3 h + 4 h (their mask).
-      recompute 'layers': each layer keeps its input (bytes x h) and its dropout masks
-      (XLA keeps the forward pass's random words rather than drawing them again: the
-      recomputation draws the same ones), and one layer's full activations are live again
-      while it is recomputed in the backward pass.
+      recompute 'layers': each layer keeps its input (bytes x h): its masks are drawn again
+      when it is recomputed in the backward pass, where one layer's full activations are
+      live again.
       The MLM logits and their gradient are float32: 8 x predictions x vocab bytes an
       example (the peak is the MLM head's backward, or a layer's recomputation, whichever
       holds more).
     Gradients: XLA computes them during the backward pass into memory the activations it
-    frees; at the peak (the start of the backward pass) only the MLM head's exist, the
-    tied word embeddings' (4 x vocab x h bytes). So ``activations`` is the peak's bytes
-    beyond ``state``: the above + that gradient - all gradients, and at least 0 (a small
-    micro-batch: the peak is all gradients, at the optimizer's update, which global-norm
-    clipping makes wait for every one of them)."""
+    frees; at the start of the backward pass only the MLM head's exist, the tied word
+    embeddings' (4 x vocab x h bytes); at its end all of them, with the first layer's
+    activations still live. So ``activations`` is the larger of the two peaks' bytes beyond
+    ``state``: the above + that gradient - all gradients, or one layer's full activations."""
     params = parameter_count(model)
     grads = 4 * params
     state = 4 * (params + optimizer_slot_values(model, optimizer)) + grads
@@ -163,24 +163,24 @@ def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
     h, i, vocab = model["hidden_size"], model["intermediate_size"], model["vocab_size"]
     heads, layers = model["num_attention_heads"], model["num_hidden_layers"]
     nbytes = ACTIVATION_BYTES.get(compute_dtype, 4)
-    masks = 2 * h if model.get("hidden_dropout_prob", 0.1) > 0 else 0
+    masks = HIDDEN_MASK_BYTES * 2 * h if model.get("hidden_dropout_prob", 0.1) > 0 else 0
     scores = heads * seq  # attention probabilities per token
     if model.get("attention_probs_dropout_prob", 0.1) > 0:
-        masks += scores
+        masks += ATTENTION_MASK_BYTES * scores
         scores *= 2  # and their dropout output
     tokens = micro_batch * seq
-    full_layer = tokens * (nbytes * (LAYER_VALUES_H * h + LAYER_VALUES_I * i + scores)
-                           + MASK_BYTES * masks)
-    embeddings = tokens * (nbytes * EMBEDDING_VALUES_H * h + MASK_BYTES * h)
+    full_layer = int(tokens * (nbytes * (LAYER_VALUES_H * h + LAYER_VALUES_I * i + scores)
+                               + masks))
+    embeddings = tokens * (nbytes * EMBEDDING_VALUES_H * h + HIDDEN_MASK_BYTES * h)
     logits = 8 * micro_batch * predictions * vocab
     if recompute == "layers":
-        kept = layers * tokens * (nbytes * h + MASK_BYTES * masks) + embeddings
+        kept = layers * tokens * nbytes * h + embeddings
         working = max(logits, full_layer)
     else:
         kept = layers * full_layer + embeddings
         working = logits
     peak = kept + working + 4 * vocab * h
-    return Memory(state=state, activations=max(peak - grads, 0))
+    return Memory(state=state, activations=max(peak - grads, full_layer))
 
 
 def memory_gb(model: dict, per_replica_batch: int, seq: int, **kwargs) -> float:
