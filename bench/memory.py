@@ -178,18 +178,16 @@ def buffer_assignment(dump_dir: str) -> dict:
     return best or {"temp": 0, "parameters": 0, "outputs": 0, "file": None}
 
 
-def run(encoder: str, seq: int, recompute: str, args) -> dict:
-    layers, hidden, heads = ENCODERS[encoder]
-    model = {"vocab_size": VOCAB, "hidden_size": hidden, "num_hidden_layers": layers,
-             "num_attention_heads": heads, "intermediate_size": 4 * hidden,
-             "max_position_embeddings": 512, "type_vocab_size": 2}
-    batch = args.batch or BATCH[(encoder, seq)]
-    payload = dict(model=model, batch=batch, seq=seq, predictions=PREDICTIONS[seq],
-                   vocab=VOCAB, recompute=recompute, steps=args.steps, threads=args.threads)
+def measure_step(model: dict, batch: int, seq: int, predictions: int, recompute: str,
+                 steps: int, threads: int, dump: str | None = None) -> dict:
+    """One configuration's train step in its own subprocess (_CHILD): its variables' bytes,
+    RSS at rest / after the compile / peak, step time, allocator statistics, and ``xla``:
+    its buffer assignment (``dump``: keep the XLA dump there). Also bench/recompute.py's."""
+    payload = dict(model=model, batch=batch, seq=seq, predictions=predictions,
+                   vocab=model["vocab_size"], recompute=recompute, steps=steps,
+                   threads=threads)
     with tempfile.TemporaryDirectory() as tmp:
-        dump = tmp
-        if args.dump:
-            dump = os.path.join(args.dump, f"{encoder}_{seq}_{recompute}")
+        dump = dump or tmp
         env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", TF_CPP_MIN_LOG_LEVEL="2",
                    XLA_FLAGS=f"--xla_dump_to={dump} --xla_dump_hlo_as_text "
                              "--xla_dump_hlo_module_re=.*step.*")
@@ -197,6 +195,18 @@ def run(encoder: str, seq: int, recompute: str, args) -> dict:
                              check=True, capture_output=True, text=True, cwd=REPO)
         result = json.loads(out.stdout.strip().splitlines()[-1])
         result["xla"] = buffer_assignment(dump)
+    return result
+
+
+def run(encoder: str, seq: int, recompute: str, args) -> dict:
+    layers, hidden, heads = ENCODERS[encoder]
+    model = {"vocab_size": VOCAB, "hidden_size": hidden, "num_hidden_layers": layers,
+             "num_attention_heads": heads, "intermediate_size": 4 * hidden,
+             "max_position_embeddings": 512, "type_vocab_size": 2}
+    batch = args.batch or BATCH[(encoder, seq)]
+    dump = os.path.join(args.dump, f"{encoder}_{seq}_{recompute}") if args.dump else None
+    result = measure_step(model, batch, seq, PREDICTIONS[seq], recompute, args.steps,
+                          args.threads, dump)
     result.update(encoder=encoder, seq=seq, batch=batch, recompute=recompute, model=model)
     return result
 
