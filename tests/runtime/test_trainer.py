@@ -150,7 +150,10 @@ def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path):
     e = info.value
     assert stopped_at < deadline and e.exit_code == 124, "\n".join(messages)
     assert e.seconds_left >= deadline - stopped_at > 0  # complete before the stop returned
-    assert e.step > 3 + 2 and e.checkpoint.endswith(f"ckpt-{e.step}")
+    # How far it got depends on how busy the machine is (a step may take far longer than
+    # while the start-up was timed); what users rely on: it stopped in time, with a whole
+    # checkpoint of the step it reached, and continues from it.
+    assert e.step >= 3 and e.checkpoint.endswith(f"ckpt-{e.step}")
     assert checkpoints.latest_checkpoint(os.path.join(work_dir, "checkpoints")) == e.checkpoint
     assert any("wall-time budget:" in m and "expected to reach" in m for m in messages)
     assert any("stopped by the wall-time budget" in m and "before the deadline" in m
