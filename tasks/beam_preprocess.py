@@ -94,28 +94,12 @@ POLL_SECONDS = 0.5
 # Not Beam's FileSystems: runexp's layer checks every copy (size, crc32c), retries within its
 # budget, honours STORAGE_EMULATOR_HOST, and is what the rest of runexp reads gs:// with.
 
-def _join(base: str, *parts: str) -> str:
-    return storage.join(base, *parts)
-
-
-def _upload(local_path: str, uri: str) -> None:
-    storage.upload_file(local_path, uri)  # whole or absent: atomic locally and on GCS
-
-
-def _download(uri: str, local_path: str) -> None:
-    storage.download_file(uri, local_path)
-
-
 def _write_pickle(uri: str, obj) -> None:
     storage.write_bytes(uri, pickle.dumps(obj))  # a retried bundle writes the same content
 
 
 def _read_pickle(uri: str):
     return pickle.loads(storage.read_bytes(uri))
-
-
-def _delete_tree(directory: str) -> None:
-    storage.delete_prefix(directory)
 
 
 def _list(directory: str) -> list[str]:
@@ -140,7 +124,7 @@ class Layout:
     vocabs: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the same, of vocabs
 
     def shared(self, what: str, *parts: str) -> str:
-        return _join(self.shared_dir, what, *parts)
+        return storage.join(self.shared_dir, what, *parts)
 
     def vocab(self, vocab_dir: str) -> str:
         """Where this worker reads a job's vocabulary: the launcher's directory, or its copy
@@ -167,8 +151,8 @@ class TokenizeRange(beam.DoFn):
                     job, index_dir=tmp, vocab_dir=layout.vocab(job.vocab_dir)))
                 for what in _RANGE_FILES:
                     name = f"range-{job.index:05d}.{what}"
-                    _upload(os.path.join(tmp, name), layout.shared("ranges", key, name))
-        _write_pickle(_join(layout.stats_dir, f"range.{_split_of(job)}.{job.index:05d}"),
+                    storage.upload_file(os.path.join(tmp, name), layout.shared("ranges", key, name))
+        _write_pickle(storage.join(layout.stats_dir, f"range.{_split_of(job)}.{job.index:05d}"),
                       (os.path.basename(job.index_dir), result.index, result.bytes_read,
                        result.sentences, result.tokens))
         yield job.index_dir, (job, result)
@@ -204,12 +188,12 @@ class JoinSplit(beam.DoFn):
                     for job in jobs:
                         for what in _RANGE_FILES:
                             name = f"range-{job.index:05d}.{what}"
-                            _download(layout.shared("ranges", key, name),
+                            storage.download_file(layout.shared("ranges", key, name),
                                       os.path.join(tmp, name))
                     build_split_index([dataclasses.replace(j, index_dir=tmp) for j in jobs],
                                       results, vocab_size)
                     for name in INDEX_FILES:  # meta.json last: the index is whole
-                        _upload(os.path.join(tmp, name), layout.shared("index", key, name))
+                        storage.upload_file(os.path.join(tmp, name), layout.shared("index", key, name))
         yield from self.shard_jobs[index_dir]
 
 
@@ -226,7 +210,7 @@ def _local_copy(uri: str, names: Optional[Sequence[str]] = None) -> str:
             if names is None:
                 names = [u.rsplit("/", 1)[-1] for u in _list(uri)]
             for name in names:
-                _download(_join(uri, name), os.path.join(local, name))
+                storage.download_file(storage.join(uri, name), os.path.join(local, name))
             _LOCAL_COPIES[uri] = local
         return _LOCAL_COPIES[uri]
 
@@ -249,8 +233,8 @@ class WriteShard(beam.DoFn):
                 out = os.path.join(tmp, name)
                 split, shard, stats = write_shard(dataclasses.replace(
                     job, index_dir=index, out_path=out, vocab_dir=layout.vocab(job.vocab_dir)))
-                _upload(out, layout.shared("out", name))
-        _write_pickle(_join(layout.stats_dir, f"shard.{split}.{shard:05d}"),
+                storage.upload_file(out, layout.shared("out", name))
+        _write_pickle(storage.join(layout.stats_dir, f"shard.{split}.{shard:05d}"),
                       (split, shard, stats))
         yield split, shard
 
@@ -370,7 +354,7 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
     if remote:
         _check_reachable(jobs, runner_name)
         temp = (beam_options or {}).get("temp_location")
-        shared_dir = shared_dir or _join(temp, f"runexp-preprocess-{uuid.uuid4().hex[:12]}")
+        shared_dir = shared_dir or storage.join(temp, f"runexp-preprocess-{uuid.uuid4().hex[:12]}")
 
     splits, range_jobs = plan_range_jobs(jobs)
     shard_jobs = {d: [j for j in jobs if j.index_dir == d] for d in splits}
@@ -382,15 +366,15 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
     if shared_dir is None:
         layout = Layout(stats_dir=scratch)
     else:
-        layout = Layout(stats_dir=_join(shared_dir, "stats"), shared_dir=shared_dir, keys=keys,
+        layout = Layout(stats_dir=storage.join(shared_dir, "stats"), shared_dir=shared_dir, keys=keys,
                         vocabs=vocabs)
         for vocab_dir, key in vocabs.items():  # the workers tokenise with the same vocabulary
             for name in sorted(os.listdir(vocab_dir)):
                 if os.path.isfile(os.path.join(vocab_dir, name)):
-                    _upload(os.path.join(vocab_dir, name), layout.shared("vocab", key, name))
+                    storage.upload_file(os.path.join(vocab_dir, name), layout.shared("vocab", key, name))
         for index_dir in sorted({j.index_dir for j in direct_jobs if j.index_dir}):
             for name in INDEX_FILES:  # a prebuilt index, for the shard workers
-                _upload(os.path.join(index_dir, name), layout.shared("index", keys[index_dir],
+                storage.upload_file(os.path.join(index_dir, name), layout.shared("index", keys[index_dir],
                                                                      name))
     pipeline = beam.Pipeline(runner=runner, options=options)
     build_pipeline(pipeline, range_jobs, shard_jobs, direct_jobs, layout)
@@ -434,7 +418,7 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
                         yielded.add((split, shard))
                         if shared_dir is not None:
                             job = next(j for j in jobs if (j.split, j.shard) == (split, shard))
-                            _download(layout.shared("out", os.path.basename(job.out_path)),
+                            storage.download_file(layout.shared("out", os.path.basename(job.out_path)),
                                       job.out_path)
                         yield split, shard, stats
             if finished:
@@ -455,7 +439,7 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
             for index_dir, job in splits.items():
                 if job.keep_index:  # a later pretraining phase reads it here
                     for name in INDEX_FILES:
-                        _download(layout.shared("index", keys[index_dir], name),
+                        storage.download_file(layout.shared("index", keys[index_dir], name),
                                   os.path.join(index_dir, name))
     finally:
         # Interrupted (Ctrl-C), the pipeline's thread is a daemon: not waited for.
@@ -464,7 +448,7 @@ def run_beam_shard_jobs(jobs: Sequence[ShardJob], beam_options: Optional[Mapping
         shutil.rmtree(scratch, ignore_errors=True)
         if shared_dir is not None:
             try:
-                _delete_tree(shared_dir)
+                storage.delete_prefix(shared_dir)
             except Exception:  # noqa: BLE001 (scratch: never worth failing the stage)
                 say(f"WARNING: could not delete the pipeline's scratch files in {shared_dir}")
         remove_split_indexes(splits)

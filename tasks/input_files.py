@@ -79,32 +79,9 @@ class _LocalFile(io.FileIO):
 
 def _stat(path: str):
     """The blob of a pinned version, its metadata loaded (InputChangedError when gone)."""
-    from runexp.runtime import storage
-    from runexp.runtime.storage.gcs_client import client
+    from runexp.runtime.storage.transfer import listed_version
 
-    uri, generation = split_pinned(path)
-    bucket, key = storage.split_gcs(uri)
-    blob = client().bucket(bucket).blob(key, generation=generation)
-    try:
-        storage.gcs_call("stat", uri, lambda: blob.reload(
-            timeout=storage.retry_policy().timeout, retry=None))
-    except FileNotFoundError as exc:
-        raise _changed(uri, generation) from exc
-    if generation is not None and blob.generation != generation:
-        # What Cloud Storage says with a 404 above; a server that serves the live version
-        # whatever the generation asked (the emulator) says it here.
-        raise _changed(uri, generation)
-    return blob
-
-
-def _changed(uri: str, generation: Optional[int]):
-    from runexp.runtime.storage import InputChangedError
-
-    if generation is None:
-        return FileNotFoundError(f"no such object: {uri}")
-    return InputChangedError(f"{uri} changed after the plan listed it (generation "
-                             f"{generation} is gone): run the same command again to plan "
-                             "with the current data", uri)
+    return listed_version(*split_pinned(path))
 
 
 class _ObjectReader(io.RawIOBase):
@@ -165,7 +142,8 @@ class _ObjectReader(io.RawIOBase):
                 start=start, end=end, checksum=None, timeout=storage.retry_policy().timeout,
                 retry=None))
         except FileNotFoundError as exc:
-            raise _changed(self.uri, self.generation) from exc
+            from runexp.runtime.storage.transfer import version_gone
+            raise version_gone(self.uri, self.generation) from exc
         FetchStats.requests += 1
         FetchStats.bytes += len(data)
         return data

@@ -59,21 +59,34 @@ def download_version(uri: str, dest: str, generation: int | None,
     to the local path ``dest``, checked like ``download_file``. ``InputChangedError`` when the
     object is no longer that version (overwritten or deleted since the listing)."""
     uri, dest = as_str(uri), as_str(dest)
+    _download_file_verified(listed_version(uri, generation, crc32c), uri, dest)
+
+
+def listed_version(uri: str, generation: int | None, crc32c: str | None = None):
+    """The blob of the version of ``uri`` a listing saw, its metadata loaded (what
+    download_version copies, and what tasks/input_files.py reads by ranges);
+    ``InputChangedError`` when the object is no longer that version."""
     bucket, key = split_gcs(uri)
     blob = client().bucket(bucket).blob(key, generation=generation)
     try:
         gcs_call("stat", uri, lambda: blob.reload(timeout=retry_policy().timeout, retry=None))
     except FileNotFoundError as exc:
-        raise InputChangedError(f"{uri} changed after the plan listed it (generation "
-                                f"{generation} is gone): run the same command again to plan "
-                                "with the current data", uri) from exc
+        raise version_gone(uri, generation) from exc
+    # A server that serves the live version whatever generation was asked (the emulator)
+    # says here what Cloud Storage says with a 404 above.
     if (generation is not None and blob.generation != generation) or \
             (crc32c and blob.crc32c != crc32c):
         raise InputChangedError(f"{uri} changed after the plan listed it (generation "
                                 f"{generation}, crc32c {crc32c}; now {blob.generation}, "
                                 f"{blob.crc32c}): run the same command again to plan with the "
                                 "current data", uri)
-    _download_file_verified(blob, uri, dest)
+    return blob
+
+
+def version_gone(uri: str, generation: int | None) -> InputChangedError:
+    return InputChangedError(f"{uri} changed after the plan listed it (generation "
+                             f"{generation} is gone): run the same command again to plan "
+                             "with the current data", uri)
 
 
 def upload_dir(local_dir: str, uri_prefix: str) -> list[str]:
