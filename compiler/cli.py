@@ -334,7 +334,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             return EXIT_USER_ERROR
         import os
 
-        os.environ["RUNEXP_NO_INPUT_LISTING"] = "1"  # compiler/gcs_inputs.py
+        from runexp.compiler.gcs_inputs import OFFLINE, SKIP_ENV
+
+        os.environ[SKIP_ENV] = OFFLINE
     from runexp.compiler.errors import UserError
     from runexp.compiler.planner import compile_experiment
     from runexp.compiler.render import render_plan

@@ -29,11 +29,30 @@ from runexp.compiler import globs
 from runexp.compiler.fingerprint import digest
 
 SKIP_ENV = "RUNEXP_NO_INPUT_LISTING"
+OFFLINE = "offline"  # SKIP_ENV's value under `runexp --dry_run --offline`
 # The fingerprint of a gs:// input that was not listed: the constant of earlier versions.
 NOT_LISTED = "checked at run time"
 
 # uri -> {"size", "generation", "crc32c"}; or why there is no listing.
 Listing = Union[dict, str]
+
+# Why a listing failed, when the same failure would stop the run itself: the preflight turns
+# these into errors (compiler/preflight.py), the others stay notes.
+NO_CREDENTIALS = "not listed: no Google credentials found"
+PERMISSION_DENIED = "not listed: permission denied (storage.objects.list)"
+# What the user can do about each of them.
+_FIXES = {
+    NO_CREDENTIALS: "run `gcloud auth application-default login` (or set "
+                    "GOOGLE_APPLICATION_CREDENTIALS to a service account key file); to review "
+                    "the plan without storage access, add --offline to the dry run",
+    PERMISSION_DENIED: "grant these credentials roles/storage.objectViewer on the bucket, or "
+                       "copy the data where they can read it",
+}
+
+
+def run_blocker(listing: Listing) -> Optional[str]:
+    """What to do, when ``listing`` failed in a way that would fail the run too; else None."""
+    return _FIXES.get(listing) if isinstance(listing, str) else None
 
 
 def listing_digest(listing: Listing) -> str:
@@ -48,8 +67,9 @@ class InputLister:
 
     def __init__(self):
         self.listings: dict[str, Listing] = {}
-        self._off: Optional[str] = "not listed: " + SKIP_ENV + "=1" \
-            if os.environ.get(SKIP_ENV, "") not in ("", "0") else None
+        skip = os.environ.get(SKIP_ENV, "")
+        self._off: Optional[str] = None if skip in ("", "0") else \
+            "not listed: planned --offline" if skip == OFFLINE else f"not listed: {SKIP_ENV}=1"
 
     def objects(self, uri: str) -> Listing:
         """The objects the glob or object name ``uri`` matches."""
@@ -82,7 +102,7 @@ class InputLister:
             return (f"not listed: bucket gs://{storage.split_gcs(pattern)[0]} does not exist "
                     "or is not visible to these credentials")
         except PermissionError:
-            return "not listed: permission denied (storage.objects.list)"
+            return PERMISSION_DENIED
         except ValueError as e:  # a wildcard in the bucket name
             return f"not listed: {e}"
         except Exception as e:  # noqa: BLE001 - offline, no credentials, retries ran out
@@ -103,7 +123,7 @@ def _why(exc: Exception) -> tuple[str, bool]:
     from runexp.runtime.storage.retry import error_label, is_transient
 
     if isinstance(exc, auth_exceptions.DefaultCredentialsError):
-        return "not listed: no Google credentials found", True
+        return NO_CREDENTIALS, True
     if isinstance(exc, (RetryBudgetExceeded, auth_exceptions.TransportError,
                         auth_exceptions.RefreshError)) or is_transient(exc):
         return f"not listed: cannot reach storage ({error_label(exc)})", True

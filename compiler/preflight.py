@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Optional
 
-from runexp.compiler import globs, uris
+from runexp.compiler import gcs_inputs, globs, uris
 from runexp.compiler.plan import Plan
 
 
@@ -45,9 +45,24 @@ def _local_root(root: str) -> list[str]:
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        return [f"error: cannot write under {parent} ({e.strerror}): fix its permissions or "
-                "free space, or choose another OUTPUT_ROOT"]
+        # The root the user wrote comes first; the parent tried is the reason's detail.
+        where = "" if parent == root else f" (creating a file in {parent}, its nearest " \
+            "existing parent, failed)"
+        return [f"error: OUTPUT_ROOT {root} is not writable: {_why_not_writable(e)}{where}: "
+                "choose another OUTPUT_ROOT, or fix the permissions or free space there"]
     return [f"ok: can write under {parent}" + ("" if parent == root else f" (creates {root})")]
+
+
+def _why_not_writable(e: OSError) -> str:
+    """The OS's reason in a user's words (a pseudo file system such as /proc answers
+    'No such file or directory' for a directory that exists)."""
+    import errno
+
+    return {errno.ENOENT: "the file system there does not accept new files",
+            errno.EROFS: "read-only file system",
+            errno.EACCES: "permission denied", errno.EPERM: "permission denied",
+            errno.ENOSPC: "no space left on the device",
+            errno.EDQUOT: "disk quota exceeded"}.get(e.errno, e.strerror or str(e))
 
 
 def _gcs_inputs(plan: Plan) -> list[str]:
@@ -62,10 +77,16 @@ def _check_inputs(storage, inputs: Iterable[str], listed: Optional[dict] = None)
     (compiler/gcs_inputs.py, listed while compiling), else by asking storage."""
     findings = []
     for uri in inputs:
-        if isinstance((listed or {}).get(uri), dict):
-            findings.append(f"ok: {uri} exists" if listed[uri] else
+        listing = (listed or {}).get(uri)
+        if isinstance(listing, dict):
+            findings.append(f"ok: {uri} exists" if listing else
                             f"error: {uri} matches no object: check the path, or copy the "
                             "data there")
+            continue
+        fix = gcs_inputs.run_blocker(listing)
+        if fix:  # the run would fail reading it the same way: say so now, with the fix
+            findings.append(f"error: cannot list {uri} ({listing[len('not listed: '):]}): "
+                            f"{fix}")
             continue
         try:
             if any(c in uri for c in "*?["):

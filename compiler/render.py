@@ -52,6 +52,33 @@ def _display(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
+def _unlisted_why(listing: str) -> str:
+    return listing[len("not listed: "):] if listing.startswith("not listed: ") else listing
+
+
+def unlisted_stages(plan: Plan) -> list[str]:
+    """Stages whose fingerprint rests on a gs:// input that was not listed, their own or an
+    upstream stage's: a change to those objects would go unseen."""
+    out: list[str] = []
+    for stage in plan.stages:  # in plan order, so upstream stages come first
+        own = any(isinstance(v, str) for v in (stage.input_objects or {}).values())
+        if own or any(dep in out for dep in stage.deps):
+            out.append(stage.id)
+    return out
+
+
+def _unlisted_lines(plan: Plan, unlisted: Sequence[str]) -> list[str]:
+    reasons = sorted({_unlisted_why(v) for s in plan.stages
+                      for v in (s.input_objects or {}).values() if isinstance(v, str)})
+    n = len({k for s in plan.stages for k, v in (s.input_objects or {}).items()
+             if isinstance(v, str)})
+    return [f"{paint('Inputs not listed:', 'yellow+bold')} {n} gs:// input"
+            f"{'' if n == 1 else 's'} ({'; '.join(reasons)}). The fingerprints of "
+            f"{len(unlisted)} stage{'' if len(unlisted) == 1 else 's'} "
+            f"({', '.join(unlisted)}) are provisional: a change to those objects goes unseen "
+            "until they can be listed.", ""]
+
+
 def summary_line(states: dict[str, StageState]) -> str:
     counts = {a: sum(1 for s in states.values() if s.action == a) for a in ORDER}
     parts = [f"{counts[a]} to {LEGEND[a]}" for a in ORDER if counts[a]]
@@ -84,6 +111,7 @@ def _budget_lines(plan: Plan, stage_id: str, est) -> list[str]:
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                 verbose: bool = True, preflight: Sequence[str] = ()) -> str:
     lines = [f"runexp plan for experiment {plan.experiment!r}"]
+    unlisted = unlisted_stages(plan)
     lines.append(f"  gin files:   {', '.join(_display(f) for f in plan.gin_files_read)}")
     if plan.gin_params:
         lines.append(f"  gin params:  {' '.join(plan.gin_params)}")
@@ -128,8 +156,12 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                     size = sum(o.get("size") or 0 for o in listing.values())
                     lines.append(f"       {key} matches {len(listing):,} object"
                                  f"{'' if len(listing) == 1 else 's'} ({size:,} bytes)")
+                else:
+                    lines.append(f"       {key} {paint('NOT LISTED', 'yellow+bold')} "
+                                 f"({_unlisted_why(listing)}): its objects are unknown")
+        provisional = ", provisional: gs:// inputs not listed" if stage.id in unlisted else ""
         lines.append(f"    -> {_short_path(stage.output_dir, plan.output_root)}/"
-                     f"  (fingerprint {stage.fingerprint[:12]})")
+                     f"  (fingerprint {stage.fingerprint[:12]}{provisional})")
         lines.append("")
     ests = estimates(plan)
     for stage_id, est in ests.items():
@@ -156,6 +188,8 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
     for w in plan.warnings:
         lines.append(w)
         lines.append("")
+    if unlisted:
+        lines += _unlisted_lines(plan, unlisted)
     lines.append(summary_line(states))
     if dry_run:
         probed = any("probe object" in f or "can create and delete objects" in f

@@ -162,3 +162,47 @@ def test_local_root_is_probed_by_writing(tmp_path, capsys):
     assert f"ok: can write under {tmp_path} (creates {tmp_path}/new/out)" in \
         capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # the probe is gone
+
+
+def test_gcs_corpus_without_credentials_is_one_error_before_anything_runs(tmp_path):
+    """A local root reading a gs:// corpus, no credentials yet (a laptop before `gcloud auth
+    application-default login`): one error saying how to authenticate, exit 1, nothing
+    written; the plan marks the unlisted input and the fingerprints resting on it."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "out"
+    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
+            f"--gin_param=OUTPUT_ROOT='{root}'",
+            "--gin_param=CORPUS_FILES='gs://some-bucket/corpus/*.txt'"]
+    env = _no_credentials_env(tmp_path)
+    dry = subprocess.run(args + ["--dry_run"], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert dry.returncode == 1, dry.stdout + dry.stderr
+    assert ("error: cannot list gs://some-bucket/corpus/*.txt (no Google credentials found): "
+            "run `gcloud auth application-default login`") in dry.stdout
+    assert "gs://some-bucket/corpus/*.txt NOT LISTED (no Google credentials found)" in dry.stdout
+    assert "(fingerprint " in dry.stdout and ", provisional: gs:// inputs not listed)" in dry.stdout
+    assert "Inputs not listed: 1 gs:// input (no Google credentials found)" in dry.stdout
+    assert "Traceback" not in dry.stderr
+
+    run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "cannot list gs://some-bucket/corpus/*.txt (no Google credentials found)" in run.stderr
+    assert "Traceback" not in run.stderr and "DefaultCredentialsError" not in run.stderr
+    assert not root.exists()
+
+    offline = subprocess.run(args + ["--dry_run", "--offline"], capture_output=True, text=True,
+                             env=env, timeout=300)
+    assert offline.returncode == 2, offline.stdout + offline.stderr
+    assert "gs://some-bucket/corpus/*.txt NOT LISTED (planned --offline)" in offline.stdout
+
+
+def test_unwritable_root_names_the_root_the_user_wrote(capsys):
+    code = main(["--gin_file=quickstart.gin",
+                 "--gin_param=OUTPUT_ROOT='/proc/runexp-hidden/exp1'", "--dry_run"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("error: OUTPUT_ROOT /proc/runexp-hidden/exp1 is not writable: the file system "
+            "there does not accept new files (creating a file in /proc, its nearest existing "
+            "parent, failed)") in out
