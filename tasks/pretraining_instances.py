@@ -323,9 +323,13 @@ def plan_instances(store: DocumentStore, config: InstanceConfig, rng: random.Ran
                     if i == s_end - 1 or st[i + 1] - st[chunk] >= target:
                         n = i - chunk + 1
                         if objective == "none":
-                            a_start.append(st[chunk]); a_len.append(st[i + 1] - st[chunk])
-                            b_start.append(0); b_len.append(0); label.append(0)
-                            b_end.append(0); b_target.append(0)
+                            a_start.append(st[chunk])
+                            a_len.append(st[i + 1] - st[chunk])
+                            b_start.append(0)
+                            b_len.append(0)
+                            label.append(0)
+                            b_end.append(0)
+                            b_target.append(0)
                         else:
                             a_end = chunk + 1 + (int(rnd() * (n - 1)) if n >= 2 else 0)
                             a0, a1 = st[chunk], st[a_end]
@@ -345,8 +349,10 @@ def plan_instances(store: DocumentStore, config: InstanceConfig, rng: random.Ran
                                     label.append(1)
                                 else:
                                     label.append(0)
-                                b_start.append(b0); b_len.append(b1 - b0)
-                                b_end.append(0); b_target.append(0)
+                                b_start.append(b0)
+                                b_len.append(b1 - b0)
+                                b_end.append(0)
+                                b_target.append(0)
                             elif n == 1 or rnd() < next_prob:
                                 # Another document of the split, uniformly (the reference
                                 # tries ten times to avoid this one), a uniform sentence of
@@ -360,14 +366,18 @@ def plan_instances(store: DocumentStore, config: InstanceConfig, rng: random.Ran
                                 r_first, r_end = sd[r], sd[r + 1]
                                 b_start.append(r_first + int(rnd() * (r_end - r_first)))
                                 b_len.append(0)
-                                b_end.append(r_end); b_target.append(target - (a1 - a0))
+                                b_end.append(r_end)
+                                b_target.append(target - (a1 - a0))
                                 i = a_end - 1  # put the unused sentences back
                                 label.append(1)
                             else:
-                                b_start.append(a1); b_len.append(st[i + 1] - a1)
-                                b_end.append(0); b_target.append(0)
+                                b_start.append(a1)
+                                b_len.append(st[i + 1] - a1)
+                                b_end.append(0)
+                                b_target.append(0)
                                 label.append(0)
-                            a_start.append(a0); a_len.append(a1 - a0)
+                            a_start.append(a0)
+                            a_len.append(a1 - a0)
                         chunk = i + 1
                     i += 1
     return InstancePlan(*(np.frombuffer(x, dtype=x.typecode) if len(x)

@@ -41,10 +41,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-from typing import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from runexp.compiler.tfrecord_crc import masked_crc
 from runexp.tasks.example_proto import encode_example, encode_examples
+
+if TYPE_CHECKING:  # annotations only: numpy is not imported for them
+    import numpy as np
 
 SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was checked against
 FLOAT_FEATURES = frozenset({"masked_lm_weights"})
@@ -73,7 +76,7 @@ def encode_instance_features(features: Mapping[str, Sequence]) -> bytes:
     return encode_example(features, FLOAT_FEATURES)
 
 
-def encode_instance_batch(batch: Mapping[str, "np.ndarray"]) -> tuple[bytes, "np.ndarray"]:
+def encode_instance_batch(batch: Mapping[str, np.ndarray]) -> tuple[bytes, np.ndarray]:
     """Serialised Examples of a batch of padded features (arrays [batch, n]) and offsets."""
     return encode_examples(batch, FLOAT_FEATURES)
 

@@ -108,7 +108,7 @@ def read_phases(ctx) -> Optional[list[Phase]]:
                 if key in values:
                     ctx.c.warn(f"train.phases: phase 1 sets {key!r}, which applies to the "
                                "phases after the first (how each starts from the one before); "
-                               "it is ignored", location, hint=f"remove it from phase 1")
+                               "it is ignored", location, hint="remove it from phase 1")
                     del values[key]
         phases.append(values)
     if len(ctx.c.errors) > errors:

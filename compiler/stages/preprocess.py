@@ -98,7 +98,7 @@ def drop_unused_source_settings(ctx: PlanContext, task: str, b: StageBuilder,
         where = ctx.loc(TASK, s.name, task)
         if where is not None and b.params.get(s.name) != s.param.default:
             ctx.c.warn(f"{task}: {s.name} does not apply to format {fmt!r} and is ignored",
-                       where, hint=f"remove it, or choose the format that reads it")
+                       where, hint="remove it, or choose the format that reads it")
         b.params.pop(s.name, None)
         b.provenance.pop(s.name, None)
 

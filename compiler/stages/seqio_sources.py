@@ -65,7 +65,7 @@ def _refuse_files(ctx: PlanContext, task: str, fmt: str) -> None:
             ctx.c.error(f"{task}: {param} does not apply to format {fmt!r}: its examples come "
                         "from the source's splits (train_split, validation_split)",
                         ctx.loc(TASK, param, task),
-                        hint=f"remove the binding (for runs/pretrain.gin: CORPUS_FILES = [] "
+                        hint="remove the binding (for runs/pretrain.gin: CORPUS_FILES = [] "
                              "and HELDOUT_FILES = []), or choose a text format")
 
 
