@@ -1,8 +1,14 @@
 """The one tokenizer interface of runexp, over a vocab stage's directory.
 
 A vocab directory holds ``report.json`` (``type``: "sentencepiece" or "wordpiece",
-``do_lower_case``), ``vocab.txt`` and, for SentencePiece, ``spm.model``. ``load_tokenizer``
-picks the implementation; both expose the same methods and special ids.
+``do_lower_case``) and the vocabulary: ``vocab.txt`` (WordPiece) or ``spm.model``
+(SentencePiece). ``load_tokenizer`` picks the implementation; both expose the same methods
+and special ids.
+
+BERT's special tokens are roles (``SPECIAL_TOKENS``): a vocab.txt spells them ``[PAD]``,
+``[UNK]``, ... ; a SentencePiece model's unknown and padding pieces play ``[UNK]`` and
+``[PAD]`` whatever their spelling (``<unk>``, ``<pad>`` in ALBERT's and T5's models, see
+``sentencepiece_roles``), and ``special_pieces`` says which piece plays which role.
 
 Usage:
     tok = load_tokenizer(vocab_dir)
@@ -17,10 +23,13 @@ from __future__ import annotations
 import json
 import os
 from itertools import chain
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS  # noqa: F401 - re-exported
 from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab
+
+if TYPE_CHECKING:  # annotations only
+    import numpy as np
 
 REPORT_FILE = "report.json"
 VOCAB_FILE = "vocab.txt"
@@ -45,7 +54,7 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         raise NotImplementedError
 
-    def encode_lines(self, lines: Sequence[str]) -> tuple["np.ndarray", "np.ndarray"]:
+    def encode_lines(self, lines: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``encode`` of many lines at once, the preprocess hot path: (the ids of all lines
         concatenated, int32; the number of ids of each line, int32)."""
         import numpy as np
@@ -60,7 +69,18 @@ class Tokenizer:
         raise NotImplementedError
 
     def token_to_id(self, token: str) -> int:
+        """The id of ``token``; a role's name (``[UNK]``) gives the id of the piece that
+        plays it when no piece is spelled so."""
         raise NotImplementedError
+
+    def special_pieces(self) -> dict[str, str]:
+        """{role: the piece that plays it}, in SPECIAL_TOKENS order."""
+        return {role: self.id_to_token(i) for role, i in self.special_ids().items()}
+
+    def special_ids(self) -> dict[str, int]:
+        """{role: id}, in SPECIAL_TOKENS order."""
+        return dict(zip(SPECIAL_TOKENS, (self.pad_id, self.unk_id, self.cls_id, self.sep_id,
+                                         self.mask_id)))
 
     def is_word_start(self, token_id: int) -> bool:
         raise NotImplementedError
@@ -69,13 +89,7 @@ class Tokenizer:
         """``is_word_start`` for every id, for vectorised whole-word masking."""
         return [self.is_word_start(i) for i in range(self.vocab_size)]
 
-    def _set_special_ids(self) -> None:
-        ids = {}
-        for token in SPECIAL_TOKENS:
-            i = self.token_to_id(token)
-            if i is None or self.id_to_token(i) != token:
-                raise ValueError(f"the vocab has no {token} token")
-            ids[token] = i
+    def _set_special_ids(self, ids: dict[str, int]) -> None:
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
             ids[t] for t in SPECIAL_TOKENS)
 
@@ -89,7 +103,10 @@ class WordPieceVocab(Tokenizer):
         self.vocab_size = max(self._inverse) + 1
         self.do_lower_case = do_lower_case
         self._tokenizer = WordPieceTokenizer(self.vocab, do_lower_case)
-        self._set_special_ids()
+        missing = [t for t in SPECIAL_TOKENS if t not in self.vocab]
+        if missing:
+            raise ValueError(f"{vocab_path} has no {', '.join(missing)} token")
+        self._set_special_ids({t: self.vocab[t] for t in SPECIAL_TOKENS})
 
     def tokenize(self, text: str) -> list[str]:
         return self._tokenizer.tokenize(text)
@@ -120,7 +137,12 @@ class SentencePieceVocab(Tokenizer):
         self.do_lower_case = do_lower_case
         self._pieces = [self.processor.id_to_piece(i) for i in range(self.vocab_size)]
         self._ids = {p: i for i, p in enumerate(self._pieces)}
-        self._set_special_ids()
+        roles, missing = sentencepiece_roles(self.processor)
+        if missing:
+            raise ValueError(f"{model_path} has no piece {', '.join(missing)}: "
+                             + MISSING_ROLES_HINT)
+        self._roles = roles
+        self._set_special_ids(roles)
 
     def tokenize(self, text: str) -> list[str]:
         return self.processor.encode(text.lower() if self.do_lower_case else text, out_type=str)
@@ -137,10 +159,47 @@ class SentencePieceVocab(Tokenizer):
         return self._pieces[i]
 
     def token_to_id(self, token: str) -> int:
-        return self._ids.get(token)
+        i = self._ids.get(token)
+        return self._roles.get(token) if i is None else i
 
     def is_word_start(self, token_id: int) -> bool:
         return self._pieces[token_id].startswith(SPM_WORD_START)
+
+
+MISSING_ROLES_HINT = (
+    "BERT needs [CLS], [SEP] and [MASK] for its inputs and masks, an unknown piece and a "
+    "padding piece; train the model with control_symbols=[CLS],[SEP],[MASK] and pad_id=0 "
+    "(as ALBERT's: pad_id=0, unk_id=1), or let runexp train one (VOCAB = None)")
+
+
+def sentencepiece_roles(processor) -> tuple[dict[str, int], list[str]]:
+    """Which piece of a SentencePiece model plays each of BERT's special roles.
+
+    ``[UNK]`` is the model's unknown piece (what SentencePiece makes of text it cannot
+    spell) and ``[PAD]`` its padding piece, whatever their spelling (``<unk>`` and
+    ``<pad>`` in ALBERT's and T5's models; a model without a padding id may have a piece
+    spelled ``[PAD]``). ``[CLS]``, ``[SEP]`` and ``[MASK]`` are pieces spelled so (control
+    symbols, as ALBERT's, or user-defined ones).
+
+    Args:
+      processor: a ``sentencepiece.SentencePieceProcessor``.
+
+    Returns:
+      ({role: id} of the roles some piece plays, in SPECIAL_TOKENS order; [the roles no
+      piece plays]).
+    """
+    size = processor.get_piece_size()
+
+    def spelled(token: str):
+        i = processor.piece_to_id(token)  # unknown spellings give the unknown piece's id
+        return i if processor.id_to_piece(i) == token else None
+
+    pad = processor.pad_id()
+    found = {"[PAD]": pad if 0 <= pad < size else spelled("[PAD]"),
+             "[UNK]": processor.unk_id()}
+    found.update({t: spelled(t) for t in SPECIAL_TOKENS[2:]})
+    return ({t: i for t, i in found.items() if i is not None},
+            [t for t, i in found.items() if i is None])
 
 
 def load_tokenizer(vocab_dir: str) -> Tokenizer:

@@ -9,7 +9,9 @@ spent: the UNK rate and word pieces per whitespace-separated word on held-out te
 
 Vocabularies runexp trains have ``[PAD]``=0, ``[UNK]``=1, ``[CLS]``, ``[SEP]``, ``[MASK]`` at
 2, 3, 4 (SentencePiece: control symbols, never produced from text, so a literal "[SEP]" in
-the corpus stays text).
+the corpus stays text). An adopted SentencePiece model may spell the padding and unknown
+pieces otherwise (ALBERT's: ``<pad>``=0, ``<unk>``=1): they play those roles all the same, and
+report.json's ``special_pieces`` names the piece of each role.
 
 Usage:
     train_vocab("wordpiece", sentences, out_dir, vocab_size=8000, do_lower_case=True)
@@ -103,7 +105,9 @@ def write_report(out_dir: str, vocab_type: str, do_lower_case: bool,
     report["vocab_size"] = tokenizer.vocab_size
     report.update(measure(tokenizer, heldout_lines))
     report["sample_words"] = {w: tokenizer.tokenize(w) for w in _SAMPLE_WORDS}
-    report["special_ids"] = {t: tokenizer.token_to_id(t) for t in SPECIAL_TOKENS}
+    report["special_ids"] = tokenizer.special_ids()
+    # Which piece plays each role: an adopted model may spell them otherwise (ALBERT: <pad>).
+    report["special_pieces"] = tokenizer.special_pieces()
     if report["unk_rate"] > UNK_WARNING_RATE:
         report["warning"] = (
             f"UNK rate {report['unk_rate']:.2%} on {measured_on} is above "

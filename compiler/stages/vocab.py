@@ -34,7 +34,8 @@ TASK = "bert_pretraining_task"
 
 def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
     """An adopted vocab's stage carries vocab_path, do_lower_case and the vocab_size counted
-    in the file; a trained one's every VocabSpec field."""
+    in the file (an adopted SentencePiece model's provenance of it also says which piece
+    plays each of BERT's special roles); a trained one's every VocabSpec field."""
     b = StageBuilder(ctx.r)
     path = b.take("vocab_path", "vocab", "path")
     b.take("do_lower_case", "vocab", "do_lower_case")
@@ -54,9 +55,11 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
         inputs, fps, deps = text_inputs(ctx, task, train=True)
     else:
         b.params["vocab_path"] = uris.absolute(path)
-        vocab_size = adopted_vocab_size(ctx, b.params["vocab_path"], ctx.loc("vocab", "path"))
+        vocab_size, roles = adopted_vocab(ctx, b.params["vocab_path"], ctx.loc("vocab", "path"))
+        # Provenance, not a param: the file's fingerprint already holds what the roles are.
         b.set("vocab_size", vocab_size, RUN_TIME if vocab_size is None and uris.is_gcs(path)
-              else f"counted in {os.path.basename(path)}")
+              else f"counted in {os.path.basename(path)}" + (f"; roles {roles}" if roles
+                                                              else ""))
         inputs["vocab_file"] = b.params["vocab_path"]
         fps = {"vocab": ctx.file_digest(b.params["vocab_path"])}
         if task is not None:  # the UNK rate and pieces per word on the task's text
@@ -110,27 +113,34 @@ def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, l
     return inputs, fps, sorted(set(deps))
 
 
-def adopted_vocab_size(ctx: PlanContext, path: str, location: Optional[Location]
-                       ) -> Optional[int]:
+def adopted_vocab(ctx: PlanContext, path: str, location: Optional[Location]
+                  ) -> tuple[Optional[int], str]:
+    """An adopted vocab's size (None: read at run time, or the file is refused) and, for a
+    SentencePiece model, which piece plays each special role ("" for a vocab.txt, whose
+    roles are its tokens' spellings)."""
     if uris.is_gcs(path):
-        return None  # read at run time
+        return None, ""  # read at run time
     if not os.path.isfile(path):
         ctx.c.error(f"vocab.path: {path!r} does not exist", location,
                     hint="give a BERT vocab.txt or a SentencePiece .model, or set VOCAB = "
                          "None to train one")
-        return None
+        return None, ""
     if path.endswith(".model"):
-        return _spm_size(ctx, path, location)
+        return _spm_facts(ctx, path, location)
     tokens = _vocab_tokens(ctx, path, location)
     if tokens is None:
-        return None
+        return None, ""
     check_casing(ctx, tokens, location)
-    return len(tokens)
+    return len(tokens), ""
 
 
-def _spm_size(ctx: PlanContext, path: str, location: Optional[Location]) -> Optional[int]:
-    """The piece count of a SentencePiece model; a file that is not one is an error."""
+def _spm_facts(ctx: PlanContext, path: str, location: Optional[Location]
+               ) -> tuple[Optional[int], str]:
+    """The piece count of a SentencePiece model and its roles ("[PAD]=<pad> (0), ...");
+    a file that is not a model, or a model without a piece for a role, is an error."""
     import sentencepiece  # light (no TensorFlow); gives the exact piece count
+
+    from runexp.tasks.tokenizer import MISSING_ROLES_HINT, sentencepiece_roles  # light
 
     try:
         processor = sentencepiece.SentencePieceProcessor(model_file=path)
@@ -139,16 +149,15 @@ def _spm_size(ctx: PlanContext, path: str, location: Optional[Location]) -> Opti
                     f"({str(e).splitlines()[0][:120]})", location,
                     hint="give the .model file SentencePiece trained (not the .vocab), or a "
                          "BERT vocab.txt")
-        return None
-    missing = [t for t in SPECIAL_TOKENS[1:] if processor.piece_to_id(t) == processor.unk_id()
-               and t != processor.id_to_piece(processor.unk_id())]
+        return None, ""
+    # [UNK] and [PAD] are roles: ALBERT's <unk> and <pad> play them.
+    roles, missing = sentencepiece_roles(processor)
     if missing:
-        ctx.c.error(f"vocab.path: {path} has no piece {', '.join(missing)}: BERT needs them "
-                    "for its inputs and masks", location,
-                    hint="train the model with user_defined_symbols or control_symbols "
-                         "[CLS],[SEP],[MASK] (and unk_piece [UNK]), or let runexp train one "
-                         "(VOCAB = None)")
-    return processor.get_piece_size()
+        ctx.c.error(f"vocab.path: {path} has no piece {', '.join(missing)}", location,
+                    hint=MISSING_ROLES_HINT)
+        return processor.get_piece_size(), ""
+    return processor.get_piece_size(), ", ".join(
+        f"{role}={processor.id_to_piece(i)} ({i})" for role, i in roles.items())
 
 
 def _vocab_tokens(ctx: PlanContext, path: str, location: Optional[Location]

@@ -123,6 +123,10 @@ def run(ctx: StageContext) -> dict:
                                     "held-out text" if heldout else "a train sample")
     if "warning" in report:
         ctx.progress("WARNING: " + report["warning"])
+    renamed = {role: piece for role, piece in report["special_pieces"].items() if role != piece}
+    if renamed:  # e.g. an ALBERT-style model: <pad> and <unk> play [PAD] and [UNK]
+        ctx.progress("special roles played by pieces of other spelling: " + ", ".join(
+            f"{role}={piece} ({report['special_ids'][role]})" for role, piece in renamed.items()))
     summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}
     summary["type"] = vocab_type
     summary["diagnostics_on"] = ("heldout" if heldout else
