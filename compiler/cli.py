@@ -7,6 +7,7 @@
     runexp --gin_file=exp.gin --until=preprocess     # run part of a plan (also --only=A,B)
     runexp inspect --gin_file=quickstart.gin -n 3    # decoded pretraining examples
     runexp report runexp_output/quickstart           # an HTML report with the curves
+    runexp diff quickstart.gin mine.gin              # what differs, what NEW would rebuild
 
 t5x's flag spellings are accepted too: --gin.NAME=VALUE, --gin_bindings, --gin_search_paths.
 
@@ -15,6 +16,7 @@ Exit codes (stable; scripts may branch on them):
     1  user error: bad gin, bad flags, bad input data; the message says file, line, what to do
     2  a dry run found work to do (stages to create, rebuild or resume)
     3  a stage failed while running (the message names the stage; finished stages are kept)
+    4  `runexp diff`: the two experiments differ
     75 preempted (SIGTERM): training checkpointed at the step reached; a rerun continues
        (with experiment.max_attempts > 1, runexp relaunches itself)
     124 the wall-time budget (experiment.wall_time_hours) ran out after a checkpoint
@@ -49,13 +51,15 @@ SUBCOMMANDS = """subcommands:
                                  e.g. runexp inspect --gin_file=quickstart.gin -n 3
   runexp report ROOT             a self-contained HTML report: plan, times, metrics, curves
                                  e.g. runexp report runexp_output/quickstart
+  runexp diff OLD NEW            what differs between two experiments (gin files or output
+                                 roots), what NEW would rebuild, metrics side by side
   runexp unlock ROOT [--force]   remove the lock a run that is gone left in ROOT
 
 t5x spellings are accepted: --gin.NAME=VALUE (as --gin_param=NAME=VALUE), --gin_bindings
 (as --gin_param), --gin_search_paths=A,B (as --gin_search_path).
 
-exit codes: 0 ok, 1 user error, 2 dry run with work pending, 3 stage failed, 75 preempted,
-  124 wall-time budget spent, 130 interrupted."""
+exit codes: 0 ok, 1 user error, 2 dry run with work pending, 3 stage failed, 4 runexp diff
+  found differences, 75 preempted, 124 wall-time budget spent, 130 interrupted."""
 
 
 def _version() -> str:
@@ -313,6 +317,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _inspect(argv[1:])
         if argv[:1] == ["unlock"]:
             return _unlock(argv[1:])
+        if argv[:1] == ["diff"]:
+            from runexp.compiler.diff import main as diff_main  # no TensorFlow
+
+            return diff_main(argv[1:])
         if argv[:1] == ["report"]:
             from runexp.runtime.report.command import main as report_main  # no TensorFlow
 

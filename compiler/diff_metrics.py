@@ -1,0 +1,98 @@
+"""Two finished runs' metrics side by side, for `runexp diff OLD_ROOT NEW_ROOT`.
+
+Each metric is read from the ``metrics.json`` a finished evaluate or finetune stage wrote
+(runtime/stages/evaluate.py, runtime/stages/finetune.py), found and judged finished the way
+`runexp report` does (runtime/report/collect.py: plan.json, COMPLETED, MANIFEST.json,
+local or gs://); a stage without one falls back to its MANIFEST.json summary. No
+TensorFlow.
+
+Usage:
+    rows = metric_rows(collect(old_root, draw=False), collect(new_root, draw=False))
+    for row in rows: row.stage, row.metric, row.old, row.new, row.delta
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Optional
+
+# The file the evaluate and finetune stages write (their modules import TensorFlow, so the
+# name is repeated here; tests/compiler/test_diff.py checks that they agree).
+METRICS_FILE = "metrics.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricRow:
+    stage: str
+    metric: str
+    old: Optional[float]  # None: not measured on that side (stage missing or not finished)
+    new: Optional[float]
+    higher_is_better: bool = True
+
+    @property
+    def delta(self) -> Optional[float]:
+        return None if self.old is None or self.new is None else self.new - self.old
+
+    @property
+    def verdict(self) -> str:
+        if not self.delta:
+            return ""
+        return "better" if (self.delta > 0) == self.higher_is_better else "worse"
+
+
+def _number(value) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def _stage_metrics(reader, stage_report) -> dict:
+    """The stage's metrics.json, else its MANIFEST summary; {} if it is not finished."""
+    if not stage_report.done:
+        return {}
+    text = reader.text(reader.join(stage_report.dir, METRICS_FILE))
+    try:
+        metrics = json.loads(text) if text else {}
+    except ValueError:
+        metrics = {}
+    return metrics if isinstance(metrics, dict) and metrics else stage_report.summary
+
+
+def _metrics(report) -> dict[tuple[str, str], tuple[float, bool]]:
+    """{(stage id, metric): (value, higher is better)} of a run's finished stages."""
+    from runexp.runtime.report.collect import RootReader  # no TensorFlow
+
+    reader = RootReader(report.root)
+    out: dict[tuple[str, str], tuple[float, bool]] = {}
+
+    def put(stage: str, metric: str, value, higher: bool = True) -> None:
+        if _number(value) is not None:
+            out[(stage, metric)] = (_number(value), higher)
+
+    for sr in report.stages:
+        m, sid = _stage_metrics(reader, sr), sr.stage.id
+        if sr.stage.kind == "evaluate" and m:
+            put(sid, "held-out MLM accuracy", m.get("mlm_accuracy"))
+            put(sid, "held-out MLM loss", m.get("mlm_loss"), higher=False)
+            put(sid, "held-out NSP accuracy", m.get("nsp_accuracy"))
+            for task, tm in sorted((m.get("tasks") or {}).items()):  # a mixture's members
+                put(sid, f"held-out MLM accuracy, task {task}", tm.get("mlm_accuracy"))
+        elif sr.stage.kind == "finetune" and m:
+            sets = m.get("dev_sets") or ({"dev": m} if "accuracy" in m else {})
+            for name, scores in sets.items():
+                put(sid, "dev accuracy" + ("" if name == "dev" else f", {name}"),
+                    scores.get("accuracy"))
+    return out
+
+
+def metric_rows(old_report, new_report) -> list[MetricRow]:
+    """Every metric either run measured, in NEW's stage order, then OLD's others."""
+    old, new = _metrics(old_report), _metrics(new_report)
+    order = [s.stage.id for s in new_report.stages] + [s.stage.id for s in old_report.stages]
+    keys = sorted([*new, *(k for k in old if k not in new)], key=lambda k: order.index(k[0]))
+    rows = []
+    for key in keys:
+        higher = (new.get(key) or old.get(key))[1]
+        rows.append(MetricRow(key[0], key[1], (old.get(key) or (None,))[0],
+                              (new.get(key) or (None,))[0], higher))
+    return rows
