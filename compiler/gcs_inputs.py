@@ -79,6 +79,19 @@ class InputLister:
         """A TensorFlow checkpoint's objects: ``<prefix>.index``, ``<prefix>.data-*``."""
         return self._list(prefix, globs.escape(prefix) + ".*")
 
+    def directory(self, path: str) -> Listing:
+        """The objects directly in a directory (a Hugging Face model's: config.json,
+        model.safetensors, the tokenizer files)."""
+        return self._list(path, globs.escape(path.rstrip("/")) + "/*")
+
+    def exists(self, uri: str) -> Optional[bool]:
+        """Whether the object ``uri`` exists; None when storage cannot be asked. Not part of
+        the plan's listings."""
+        if self._off is not None:
+            return None
+        found = self._fetch(globs.escape(uri))
+        return bool(found) if isinstance(found, dict) else None
+
     def _list(self, key: str, pattern: str) -> Listing:
         if key in self.listings:
             return self.listings[key]

@@ -32,6 +32,7 @@ from runexp.compiler.stages.mixture import pretraining_members
 from runexp.compiler.stages.phases import read_phases
 from runexp.compiler.stages.preprocess import plan_preprocess
 from runexp.compiler.stages.pretrain import plan_pretrain
+from runexp.compiler.stages.huggingface_init import huggingface_init, init_checkpoint
 from runexp.compiler.stages.vocab import plan_vocab
 
 
@@ -80,7 +81,11 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
                      "(fine-tuning a released checkpoint) and set what it requires")
         return None
 
-    vocab = plan_vocab(ctx, task)
+    # A Hugging Face init_checkpoint brings its vocabulary and casing when VOCAB is unset.
+    init_of = "train" if task is not None else "finetune"
+    init = init_checkpoint(ctx, init_of)
+    hf = init and huggingface_init(ctx, init, ctx.loc(init_of, "init_checkpoint"))
+    vocab = plan_vocab(ctx, task, hf)
     pretrain = None
     if task is None and r.get("train", "phases"):
         c.warn("train.phases is set, but this experiment does not pretrain (train.task is "

@@ -27,6 +27,7 @@ import os
 import shutil
 from typing import Sequence
 
+from runexp.compiler.huggingface_dir import TOKENIZER_FILE, wordpiece_vocab
 from runexp.tasks.tokenizer import (REPORT_FILE, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
                                     Tokenizer, load_tokenizer)
 from runexp.tasks.wordpiece_trainer import train_wordpiece
@@ -73,10 +74,15 @@ def train_vocab(vocab_type: str, sentences: Sequence[str], out_dir: str, vocab_s
 
 
 def adopt_vocab(vocab_path: str, out_dir: str) -> str:
-    """Copies a given ``.model`` (SentencePiece) or ``vocab.txt`` (WordPiece); returns the type."""
+    """Copies a given ``.model`` (SentencePiece) or ``vocab.txt`` (WordPiece), or writes the
+    vocab.txt of a Hugging Face ``tokenizer.json``'s WordPiece model; returns the type."""
     if vocab_path.endswith(".model"):
         shutil.copyfile(vocab_path, os.path.join(out_dir, SPM_FILE))
         return "sentencepiece"
+    if os.path.basename(vocab_path) == TOKENIZER_FILE:
+        with open(os.path.join(out_dir, VOCAB_FILE), "w", encoding="utf-8") as f:
+            f.writelines(token + "\n" for token in wordpiece_vocab(vocab_path))
+        return "wordpiece"
     shutil.copyfile(vocab_path, os.path.join(out_dir, VOCAB_FILE))
     return "wordpiece"
 

@@ -56,7 +56,9 @@ class ModelSpec(Spec):
     intermediate_size: Optional[int] = setting(None, "feed-forward size", minimum=1)
     vocab_size: Optional[int] = setting(None, "embedding rows (default: the vocab's size)",
                                         minimum=1)
-    hidden_act: str = setting("gelu", "activation", choices=("gelu", "relu", "tanh"))
+    hidden_act: str = setting("gelu", "activation: 'gelu' is google-research/bert's tanh "
+                              "approximation, 'gelu_exact' the erf one (transformers' 'gelu')",
+                              choices=("gelu", "gelu_exact", "relu", "tanh"))
     hidden_dropout_prob: float = setting(0.1, "dropout", minimum=0.0, maximum=1.0)
     attention_probs_dropout_prob: float = setting(0.1, "attention dropout", minimum=0.0,
                                                   maximum=1.0)

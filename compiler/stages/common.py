@@ -77,6 +77,9 @@ class PlanContext:
         self.corpus_stage: Optional[Stage] = None
         self.checked_mixtures: dict[str, Optional[list[str]]] = {}  # checked (and reported) once
         self.gcs = InputLister()  # gs:// inputs, each listed once per compile
+        # init_checkpoint -> its Hugging Face directory (or None), read once per compile
+        # (compiler/stages/huggingface_init.py).
+        self.huggingface_inits: dict = {}
         # The gin imports, found once per compile (never imported: compiler/user_modules.py);
         # one that names no module is an error of every experiment.
         self.modules = resolve_imports(resolver.config.imports, collector)
@@ -113,10 +116,16 @@ class PlanContext:
             return listing_digest(self.gcs.objects(path))
         return files_digest([path]) if os.path.isfile(path) else AT_RUN_TIME
 
-    def checkpoint_digest(self, prefix: str) -> str:
-        """A TensorFlow checkpoint's fingerprint: on gs:// by the listing of its objects."""
+    def checkpoint_digest(self, prefix: str, directory: bool = False) -> str:
+        """A TensorFlow checkpoint's fingerprint, or (``directory``) a Hugging Face model
+        directory's: on gs:// by the listing of its objects, locally by their content."""
         if uris.is_gcs(prefix):
-            return listing_digest(self.gcs.checkpoint(prefix))
+            return listing_digest(self.gcs.directory(prefix) if directory
+                                  else self.gcs.checkpoint(prefix))
+        if directory:
+            files = sorted(os.path.join(prefix, f) for f in os.listdir(prefix)
+                           if os.path.isfile(os.path.join(prefix, f)))
+            return files_digest(files)
         return checkpoint_digest(prefix)
 
     def files(self, patterns: list, label: str, location: Optional[Location],

@@ -12,7 +12,10 @@ from runexp.compiler.errors import Location
 from runexp.compiler.model_sizes import bert_config
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import ModelSpec
+from runexp.compiler.huggingface_dir import (RUNEXP_ACTIVATION, TOKENIZER_CONFIG_FILE,
+                                             HuggingFaceDir)
 from runexp.compiler.stages.common import PlanContext, StageBuilder
+from runexp.compiler.stages.huggingface_init import HuggingFaceInit
 
 # Google's released checkpoints live in directories named like uncased_L-12_H-768_A-12.
 GOOGLE_RELEASE = re.compile(r"(?:^|/)(?:wwm_)?(?P<name>uncased|cased|multi_cased|multilingual|"
@@ -24,14 +27,33 @@ MODEL_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "inte
                 "vocab_size", "max_position_embeddings", "type_vocab_size", "hidden_act")
 
 
-def model_config(ctx: PlanContext, b: StageBuilder, vocab: Stage) -> Optional[dict]:
-    """Sets the ``model`` param: the size preset, model.* overrides, the vocab's size."""
+def model_config(ctx: PlanContext, b: StageBuilder, vocab: Stage,
+                 hf: Optional[HuggingFaceInit] = None) -> Optional[dict]:
+    """Sets the ``model`` param: the size preset, model.* overrides, the vocab's size; the
+    activation and embedding rows of a Hugging Face init_checkpoint's config.json unless
+    model.hidden_act / model.vocab_size are bound."""
     size = ctx.r.get("model", "size")
     overrides = {s.name: ctx.r.get("model", s.name) for s in ModelSpec.settings()
                  if s.name != "size"}
     if size is None:
         return None
+    note = ""
+    if hf is not None and hf.record is not None and ctx.loc("model", "hidden_act") is None:
+        act = RUNEXP_ACTIVATION.get(hf.record.hidden_act)
+        if act is None:
+            ctx.c.error(f"init_checkpoint {hf.path}: config.json's hidden_act "
+                        f"{hf.record.hidden_act!r} is not one runexp computes",
+                        ctx.loc("train", "init_checkpoint") or ctx.loc("finetune",
+                                                                       "init_checkpoint"),
+                        hint=f"runexp has {', '.join(sorted(RUNEXP_ACTIVATION))}")
+        elif act != overrides["hidden_act"]:
+            overrides["hidden_act"] = act
+            note = f"; hidden_act {act!r} from {hf.path.rstrip('/')}/config.json"
     vocab_size = vocab.params.get("vocab_size")
+    if hf is not None and hf.record is not None and overrides["vocab_size"] is None:
+        # The embedding table's rows, which a vocabulary may leave partly unused.
+        overrides["vocab_size"] = hf.record.vocab_size
+        note += f"; vocab_size {hf.record.vocab_size} from {hf.path.rstrip('/')}/config.json"
     if overrides["vocab_size"] is None and vocab_size is None and vocab.params.get("vocab_path"):
         ctx.c.error("the vocab on gs:// is only counted at run time, so the model's "
                     "vocab_size is unknown", ctx.loc("model", "size"),
@@ -51,17 +73,27 @@ def model_config(ctx: PlanContext, b: StageBuilder, vocab: Stage) -> Optional[di
                     f"num_attention_heads ({config['num_attention_heads']})",
                     ctx.loc("model", "num_attention_heads"),
                     hint="choose heads that divide the hidden size")
-    b.set("model", config, f"model.size = {size!r} @ {ctx.r.provenance('model', 'size').short()}")
+    b.set("model", config,
+          f"model.size = {size!r} @ {ctx.r.provenance('model', 'size').short()}{note}")
     return config
 
 
 def check_init_checkpoint(ctx: PlanContext, init: str, model: dict,
-                          location: Optional[Location], accel) -> None:
-    """The checkpoint must fit the model and the casing: checked from the name of a Google
-    release directory (cheap, also on gs://) and from a local bert_config.json beside it."""
+                          location: Optional[Location], accel,
+                          hf: Optional[HuggingFaceInit] = None,
+                          vocab: Optional[Stage] = None) -> None:
+    """The checkpoint must fit the model and the casing: a Hugging Face directory by its
+    config.json and tokenizer files; a Google checkpoint by the name of a Google release
+    directory (cheap, also on gs://) and a local bert_config.json beside it."""
     if accel is not None and accel.needs_gcs and not uris.is_gcs(init):
         ctx.c.error(f"a TPU cannot read the local init_checkpoint {init!r}", location,
                     hint="copy the checkpoint to gs:// and point INIT_CHECKPOINT there")
+    if hf is not None:
+        if hf.record is not None:
+            lower = (vocab.params if vocab else {}).get("do_lower_case")
+            _check_fit(ctx, _huggingface_fields(ctx, hf.record, lower, location), model,
+                       location, f"{hf.path.rstrip('/')}/config.json")
+        return
     expected: dict = {}
     release = GOOGLE_RELEASE.search(init)
     if release:
@@ -86,6 +118,11 @@ def check_init_checkpoint(ctx: PlanContext, init: str, model: dict,
         expected.update({k: v for k, v in config.items() if k in MODEL_FIELDS})
     if not uris.is_gcs(init):  # the variables' shapes: the truth, over names and configs
         expected.update(_local_checkpoint_shapes(ctx, init, location))
+    _check_fit(ctx, expected, model, location, "its bert_config.json")
+
+
+def _check_fit(ctx: PlanContext, expected: dict, model: dict, location: Optional[Location],
+               config_name: str) -> None:
     wrong = [f"{k}: checkpoint {v!r}, model {model.get(k)!r}" for k, v in sorted(
         expected.items()) if model.get(k) is not None and model.get(k) != v]
     if wrong:
@@ -94,7 +131,31 @@ def check_init_checkpoint(ctx: PlanContext, init: str, model: dict,
                     location or ctx.loc("model", "size"),
                     hint="use the vocab the checkpoint was trained with (VOCAB = its vocab.txt)"
                     if only_vocab else "choose the model size of the checkpoint (e.g. include "
-                    "models/bert_large.gin) or set model.* to its bert_config.json")
+                    f"models/bert_large.gin) or set model.* to {config_name}")
+
+
+def _huggingface_fields(ctx: PlanContext, record: HuggingFaceDir, lower: Optional[bool],
+                        location: Optional[Location]) -> dict:
+    """The model fields a Hugging Face directory pins down; its tokenizer checked against
+    the experiment's casing (runexp tokenises as google-research/bert's FullTokenizer)."""
+    where = f"{record.path}/{TOKENIZER_CONFIG_FILE}"
+    if lower is not None and lower != record.do_lower_case:
+        ctx.c.error(f"DO_LOWER_CASE is {lower} but the tokenizer of init_checkpoint "
+                    f"{record.path} {'lower-cases' if record.do_lower_case else 'keeps case'} "
+                    f"({where})", ctx.loc("vocab", "do_lower_case") or location,
+                    hint=f"set DO_LOWER_CASE = {record.do_lower_case}")
+    strips = record.do_lower_case if record.strip_accents is None else record.strip_accents
+    if strips != record.do_lower_case or not record.tokenize_chinese_chars:
+        ctx.c.error(f"the tokenizer of init_checkpoint {record.path} sets strip_accents="
+                    f"{record.strip_accents}, tokenize_chinese_chars="
+                    f"{record.tokenize_chinese_chars} ({where}): runexp tokenises as "
+                    "google-research/bert does (accents stripped exactly when lower-casing, "
+                    "CJK characters split)", location,
+                    hint="use a BERT tokenizer with those settings, or a checkpoint trained "
+                         "with them")
+    fields = {name: getattr(record, name) for name in MODEL_FIELDS}
+    fields["hidden_act"] = RUNEXP_ACTIVATION.get(record.hidden_act, record.hidden_act)
+    return fields
 
 
 _LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")

@@ -13,6 +13,7 @@ from runexp.compiler.plan import Stage
 from runexp.compiler.specs import FinetuneSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
+from runexp.compiler.stages.huggingface_init import huggingface_init
 
 TASK = "classification_task"
 # Training files up to this size are read at compile time to check their labels.
@@ -43,7 +44,9 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
                              "train.task) to fine-tune that checkpoint")
             return None
     else:
-        if model_config(ctx, b, vocab) is None:
+        hf = init and huggingface_init(ctx, uris.absolute(init),
+                                       ctx.loc("finetune", "init_checkpoint"))
+        if model_config(ctx, b, vocab, hf) is None:
             return None
         if init is None:
             ctx.c.error("a fine-tune without pretraining needs a checkpoint to start from, "
@@ -54,7 +57,7 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
             return None
         p["init_checkpoint"] = uris.absolute(init)
         check_init_checkpoint(ctx, p["init_checkpoint"], p["model"],
-                              ctx.loc("finetune", "init_checkpoint"), accel)
+                              ctx.loc("finetune", "init_checkpoint"), accel, hf, vocab)
     b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
     check_finetune(ctx, task, p, accel)
     inputs, fps, deps = finetune_files(ctx, task)
@@ -68,7 +71,8 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
         deps.append(pretrain.id)
     else:
         inputs["init_checkpoint"] = p["init_checkpoint"]
-        fps["checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"])
+        fps["checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"],
+                                                  directory=hf is not None)
     return ctx.add(f"finetune.{task}", "finetune", b, inputs, fps, sorted(set(deps)))
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from runexp.compiler import uris
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import TrainSpec
 from runexp.compiler.specs.phases import LATER_PHASES_ONLY
 from runexp.compiler.stages.common import PlanContext, StageBuilder, data_inputs
 from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
+from runexp.compiler.stages.huggingface_init import huggingface_init, init_checkpoint
 from runexp.compiler.stages.phases import SINGLE, Phase
 
 
@@ -20,7 +20,9 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SIN
     pretrain stage of the phase before (whose final checkpoint this phase starts from)."""
     pres = pre if isinstance(pre, list) else [pre]
     b = StageBuilder(ctx.r)
-    config = model_config(ctx, b, vocab)
+    init = init_checkpoint(ctx, "train") if previous is None else None
+    hf = init and huggingface_init(ctx, init, ctx.loc("train", "init_checkpoint"))
+    config = model_config(ctx, b, vocab, hf)
     p = b.take_spec(TrainSpec, "train")
     phase.apply(b, "pretrain")
     if previous is None:
@@ -28,9 +30,8 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SIN
     else:
         # The phase starts from the previous one's weights, never from init_checkpoint.
         del b.params["init_checkpoint"], b.provenance["init_checkpoint"]
-    init = p.get("init_checkpoint")
     if init is not None:
-        p["init_checkpoint"] = uris.absolute(init)
+        p["init_checkpoint"] = init
     if p["jit_compile"] is None:
         # bench/train.py: one CPU replica trains ~13% faster compiled; under
         # MirroredStrategy only the gradients compile, which gains little.
@@ -51,10 +52,10 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SIN
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
     if init is not None:
-        check_init_checkpoint(ctx, p["init_checkpoint"], config,
-                              ctx.loc("train", "init_checkpoint"), accel)
-        inputs["init_checkpoint"] = p["init_checkpoint"]
-        fps["init_checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"])
+        check_init_checkpoint(ctx, init, config, ctx.loc("train", "init_checkpoint"), accel,
+                              hf, vocab)
+        inputs["init_checkpoint"] = init
+        fps["init_checkpoint"] = ctx.checkpoint_digest(init, directory=hf is not None)
     if previous is not None:
         inputs["previous_phase_dir"] = previous.output_dir
         fps["previous_phase"] = previous.fingerprint

@@ -22,23 +22,29 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Location, Problem
+from runexp.compiler.huggingface_dir import TOKENIZER_FILE, HuggingFaceDirError, wordpiece_vocab
 from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS
 from runexp.compiler.specs.source import APPLIES
 from runexp.compiler.stages.common import PlanContext, StageBuilder
+from runexp.compiler.stages.huggingface_init import HuggingFaceInit
 from runexp.compiler.stages.mixture import member_files, member_source, pretraining_members
 
 TASK = "bert_pretraining_task"
 
 
-def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
+def plan_vocab(ctx: PlanContext, task: Optional[str],
+               hf: Optional[HuggingFaceInit] = None) -> Stage:
     """An adopted vocab's stage carries vocab_path, do_lower_case and the vocab_size counted
     in the file (an adopted SentencePiece model's provenance of it also says which piece
-    plays each of BERT's special roles); a trained one's every VocabSpec field."""
+    plays each of BERT's special roles); a trained one's every VocabSpec field. With VOCAB
+    unset and a Hugging Face init_checkpoint ``hf``, its vocabulary and casing are adopted."""
     b = StageBuilder(ctx.r)
     path = b.take("vocab_path", "vocab", "path")
     b.take("do_lower_case", "vocab", "do_lower_case")
+    if path is None and hf is not None and not hf.refused:
+        path = _adopt_huggingface_vocab(ctx, b, hf)
     inputs, fps, deps = {}, {}, []
     if path is None and task is None:
         # Fine-tuning a released checkpoint: token ids must be the ones it was trained on.
@@ -55,7 +61,8 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
         inputs, fps, deps = text_inputs(ctx, task, train=True)
     else:
         b.params["vocab_path"] = uris.absolute(path)
-        vocab_size, roles = adopted_vocab(ctx, b.params["vocab_path"], ctx.loc("vocab", "path"))
+        vocab_size, roles = adopted_vocab(ctx, b.params["vocab_path"], ctx.loc("vocab", "path"),
+                                          b.params["do_lower_case"])
         # Provenance, not a param: the file's fingerprint already holds what the roles are.
         b.set("vocab_size", vocab_size, RUN_TIME if vocab_size is None and uris.is_gcs(path)
               else f"counted in {os.path.basename(path)}" + (f"; roles {roles}" if roles
@@ -67,6 +74,24 @@ def plan_vocab(ctx: PlanContext, task: Optional[str]) -> Stage:
             inputs.update(held)
             fps.update(held_fps)
     return ctx.add("vocab", "vocab", b, inputs, fps, deps)
+
+
+def _adopt_huggingface_vocab(ctx: PlanContext, b: StageBuilder, hf: HuggingFaceInit) -> str:
+    """The vocabulary file of a Hugging Face init_checkpoint (vocab.txt, else tokenizer.json)
+    as vocab_path, and its tokenizer's casing as do_lower_case unless the experiment sets
+    DO_LOWER_CASE itself (then they must agree: compiler/stages/encoder.py checks)."""
+    record, where = hf.record, f"the vocabulary of init_checkpoint {hf.path.rstrip('/')}"
+    if record is None:  # a gs:// directory not read now (--offline): its usual vocab.txt
+        path = hf.path.rstrip("/") + "/vocab.txt"
+        b.set("vocab_path", path, where + " (not read: planned without listing it)")
+        return path
+    path = record.vocab_file or record.tokenizer_file
+    b.set("vocab_path", path, where)
+    bound = ctx.loc("vocab", "do_lower_case")
+    if bound is None or bound.file.startswith("gin/runs/"):  # a run template's default
+        b.set("do_lower_case", record.do_lower_case,
+              f"the tokenizer of init_checkpoint {hf.path.rstrip('/')}")
+    return path
 
 
 def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, list]:
@@ -113,8 +138,8 @@ def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, l
     return inputs, fps, sorted(set(deps))
 
 
-def adopted_vocab(ctx: PlanContext, path: str, location: Optional[Location]
-                  ) -> tuple[Optional[int], str]:
+def adopted_vocab(ctx: PlanContext, path: str, location: Optional[Location],
+                  lower: bool) -> tuple[Optional[int], str]:
     """An adopted vocab's size (None: read at run time, or the file is refused) and, for a
     SentencePiece model, which piece plays each special role ("" for a vocab.txt, whose
     roles are its tokens' spellings)."""
@@ -127,10 +152,16 @@ def adopted_vocab(ctx: PlanContext, path: str, location: Optional[Location]
         return None, ""
     if path.endswith(".model"):
         return _spm_facts(ctx, path, location)
+    if os.path.basename(path) == TOKENIZER_FILE:  # a Hugging Face directory's, no vocab.txt
+        try:
+            return len(wordpiece_vocab(path)), ""
+        except HuggingFaceDirError as e:
+            ctx.c.error(f"vocab.path: {e.file}: {e.message}", location, hint=e.hint)
+            return None, ""
     tokens = _vocab_tokens(ctx, path, location)
     if tokens is None:
         return None, ""
-    check_casing(ctx, tokens, location)
+    check_casing(ctx, tokens, location, lower)
     return len(tokens), ""
 
 
@@ -211,12 +242,12 @@ def _vocab_tokens(ctx: PlanContext, path: str, location: Optional[Location]
     return tokens
 
 
-def check_casing(ctx: PlanContext, tokens: list[str], location: Optional[Location]) -> None:
+def check_casing(ctx: PlanContext, tokens: list[str], location: Optional[Location],
+                 lower: bool) -> None:
     """A vocab.txt with capitalised word pieces is cased; lower-casing then loses them."""
     words = [t for t in tokens if not (t.startswith("[") and t.endswith("]"))]
     upper = sum(1 for t in words if any(ch.isupper() for ch in t))
     cased = upper > 0.01 * max(1, len(words))
-    lower = ctx.r.get("vocab", "do_lower_case")
     where = ctx.loc("vocab", "do_lower_case")
     if cased and lower:
         ctx.c.error(f"DO_LOWER_CASE is True but the vocab is cased ({upper} of {len(words)} "

@@ -128,9 +128,9 @@ class Mirror:
             return [pinned(uri, listing[uri].get("generation")) for uri in sorted(listing)]
         local = self._download_inputs(value, listing)
         if not globs.has_magic(value) and value not in listing:
-            # A TensorFlow checkpoint prefix names no object: its files are <prefix>.index and
-            # <prefix>.data-*; the local prefix stands for them.
-            return self._input_path(value)
+            # A TensorFlow checkpoint prefix or a directory names no object: the local prefix
+            # (or directory) stands for the files under it.
+            return self._input_path(value.rstrip("/"))
         return local
 
     def _listing(self, value: str) -> dict:
@@ -140,7 +140,12 @@ class Mirror:
         if listing is None:
             listing = {o["uri"]: o for o in storage.glob_objects(value)}
             if not listing and not globs.has_magic(value):
+                # A TensorFlow checkpoint prefix (<prefix>.index, <prefix>.data-*), or a
+                # Hugging Face model directory (<dir>/config.json, <dir>/model.safetensors...).
                 listing = {o["uri"]: o for o in storage.glob_objects(globs.escape(value) + ".*")}
+                if not listing:
+                    listing = {o["uri"]: o for o in storage.glob_objects(
+                        globs.escape(value.rstrip("/")) + "/*")}
         if not listing:
             raise FileNotFoundError(f"{value} matches no object")
         return listing
