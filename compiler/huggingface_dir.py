@@ -23,7 +23,8 @@ import posixpath
 from typing import Any, Callable, Optional
 
 CONFIG_FILE = "config.json"
-SAFETENSORS_FILES = ("model.safetensors", "model.safetensors.index.json")
+WEIGHTS_FILE = "model.safetensors"
+SAFETENSORS_FILES = (WEIGHTS_FILE, "model.safetensors.index.json")
 PYTORCH_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -257,6 +258,7 @@ def wordpiece_vocab(tokenizer_file: str) -> list[str]:
 # transformers' hidden_act -> runexp's name for the same function, and back. runexp's "gelu"
 # is google-research/bert's tanh approximation; transformers' "gelu" is the exact (erf) one.
 RUNEXP_ACTIVATION = {"gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu": "gelu_exact",
-                     "gelu_python": "gelu_exact", "relu": "relu", "tanh": "tanh"}
+                     "gelu_python": "gelu_exact", "relu": "relu", "tanh": "tanh",
+                     "linear": "linear"}
 HUGGINGFACE_ACTIVATION = {"gelu": "gelu_new", "gelu_new": "gelu_new", "gelu_exact": "gelu",
                           "relu": "relu", "tanh": "tanh", "linear": "linear"}

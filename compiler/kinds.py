@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from runexp.compiler.specs import (CorpusSpec, EvaluateSpec, ExportSpec, FinetuneSpec,
-                                   PreprocessSpec, TrainSpec, VocabSpec)
+                                   PreprocessSpec, SuiteSpec, TrainSpec, VocabSpec)
 from runexp.compiler.specs.runner import OPERATIONAL
 from runexp.compiler.specs.train import RESUMABLE
 
@@ -54,6 +54,8 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               resumable=RESUMABLE),
     StageKind("evaluate", EvaluateSpec, "evaluate", needs_tensorflow=True),
     StageKind("finetune", FinetuneSpec, "finetune", trains=True, needs_tensorflow=True),
+    # The fine-tunes of finetune.suite scored together: reads their metrics.json only.
+    StageKind("suite", SuiteSpec, "finetune"),
     StageKind("export", ExportSpec, "export", needs_tensorflow=True),
 )}
 

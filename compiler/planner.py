@@ -32,6 +32,7 @@ from runexp.compiler.stages.mixture import pretraining_members
 from runexp.compiler.stages.phases import read_phases
 from runexp.compiler.stages.preprocess import plan_preprocess
 from runexp.compiler.stages.pretrain import plan_pretrain
+from runexp.compiler.stages.suite import plan_suite
 from runexp.compiler.stages.huggingface_init import huggingface_init, init_checkpoint
 from runexp.compiler.stages.vocab import plan_vocab
 
@@ -45,7 +46,8 @@ class Compiled:
 
 def _plan(ctx: PlanContext) -> Optional[Plan]:
     """vocab -> preprocess (one per task and phase) -> pretrain (one per phase) -> evaluate
-    -> finetune -> export. None after reporting why nothing can be planned."""
+    -> finetune (one, or one per task of a suite, then the suite stage) -> export. None after
+    reporting why nothing can be planned."""
     r, c = ctx.r, ctx.c
     root = r.get("experiment", "output_root")
     accel_name = r.get("experiment", "accelerator")
@@ -64,6 +66,7 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
 
     task = r.get("train", "task")
     ft_task = r.get("finetune", "task")
+    suite = r.get("finetune", "suite") or []
     tasks = r.scopes("bert_pretraining_task")
     mixtures = r.scopes("bert_pretraining_mixture")
     if task is not None and task not in tasks and task not in mixtures:
@@ -74,11 +77,17 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
         return None
     if task is not None and pretraining_members(ctx, task) is None:
         return None
-    if task is None and ft_task is None:
+    if task is None and ft_task is None and not suite:
         c.error("nothing to run: neither train.task nor finetune.task is set",
                 Location(ctx.gin_files[0]),
                 hint="include runs/pretrain.gin (pretraining) or runs/finetune.gin "
                      "(fine-tuning a released checkpoint) and set what it requires")
+        return None
+    if ft_task is not None and suite:
+        c.error(f"finetune.task ({ft_task!r}) and finetune.suite are both set",
+                ctx.loc("finetune", "suite"),
+                hint=f"fine-tune one task (unset FINETUNE_SUITE) or a suite (unset "
+                     f"FINETUNE_TASK; the suite may name {ft_task!r})")
         return None
 
     # A Hugging Face init_checkpoint brings its vocabulary and casing when VOCAB is unset.
@@ -112,6 +121,9 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
     if ft_task is not None:
         finetune = plan_finetune(ctx, ft_task, vocab, pretrain, accel)
         if finetune is None and pretrain is None:
+            return None
+    elif suite:  # several fine-tunes: the export (if any) is of the pretrained encoder
+        if not plan_suite(ctx, suite, vocab, pretrain, accel) and pretrain is None:
             return None
     if r.get("export", "enabled"):
         plan_export(ctx, vocab, pretrain, finetune)

@@ -74,7 +74,15 @@ CONFIGURABLES: dict[str, Configurable] = {
     "finetune": _configurable(
         FinetuneSpec, "Fine-tuning, after pretraining or from a released checkpoint.",
         task=Param("str", None, optional=True,
-                   doc="classification_task name; None: no fine-tune")),
+                   doc="classification_task name; None: no fine-tune"),
+        suite=Param("str_list", [], doc="a downstream suite instead of one task: GLUE task "
+                                        "names (read from glue.data_dir) and "
+                                        "classification_task names, one finetune stage each, "
+                                        "scored together by the suite stage")),
+    "glue": Configurable({"data_dir": Param("str", None, optional=True,
+                                            doc="GLUE's data in its published layout: MNLI/, "
+                                                "QQP/, ... (compiler/glue_tasks.py)")},
+                         doc="GLUE's tasks for finetune.suite."),
     "export": _configurable(ExportSpec, "SavedModel, Google-layout checkpoint, "
                                         "bert_config.json, vocab.",
                             enabled=Param("bool", True, doc="run the export stage")),

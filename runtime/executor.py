@@ -195,13 +195,20 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
                      + (f", NSP accuracy {ev['nsp_accuracy']:.3f}" if "nsp_accuracy" in ev else ""))
     for stage in plan.stages:
         s = summaries.get(stage.id, {})
-        if stage.kind != "finetune" or "accuracy" not in s:
+        names = s.get("metrics") or ["accuracy"]  # the task's metrics (older runs: accuracy)
+        if stage.kind != "finetune" or names[0] not in s:
             continue
         sets = s.get("dev_sets") or {"dev": s}
         for name, scores in sets.items():
             label = "dev" if name == "dev" else f"dev set {name}:"
-            lines.append(f"  {stage.id}: {label} accuracy {scores['accuracy']:.3f} (majority "
-                         f"class: {scores.get('majority_baseline', float('nan')):.3f})")
+            values = ", ".join(f"{m} {scores[m]:.3f}" for m in names if m in scores)
+            baseline = (f" (majority class: {scores['majority_baseline']:.3f})"
+                        if "majority_baseline" in scores else "")
+            lines.append(f"  {stage.id}: {label} {values}{baseline}")
+    suite = summaries.get("suite")
+    if suite and suite.get("glue_average") is not None:
+        lines.append(f"  GLUE average {suite['glue_average']:.3f} over "
+                     f"{', '.join(suite['glue_tasks'])} (WNLI left out; suite/suite.json)")
     return lines
 
 

@@ -301,23 +301,29 @@ class BertClassifier(tf.Module):
     """Encoder + the classification head of google-research/bert's run_classifier.py.
 
     The head's variables are ``output_weights`` [num_labels, hidden] and ``output_bias``,
-    as Google names them.
+    as Google names them. A ``regression`` head has one output, the predicted score, trained
+    with mean squared error on the float ``label_values`` (as Hugging Face's
+    BertForSequenceClassification with num_labels=1); for it ``correct`` stays 0.
     """
 
     STAT_KEYS = ("loss_sum", "correct", "examples")
 
     def __init__(self, config: BertConfig, num_labels: int, compute_dtype: str = "float32",
-                 seed: int = 0, xla: bool = False, recompute: str = "none"):
+                 seed: int = 0, xla: bool = False, recompute: str = "none",
+                 regression: bool = False):
         super().__init__()
+        if regression and num_labels != 1:
+            raise ValueError(f"a regression head has one output, not {num_labels}")
         self.config = config
         self.num_labels = num_labels
+        self.regression = regression
         self.encoder = BertEncoder(config, compute_dtype, seed, xla=xla, recompute=recompute)
         self.output_weights = google_variable("", "output_weights",
                                         normal_init([num_labels, config.hidden_size], 0.02))
         self.output_bias = google_variable("", "output_bias", tf.zeros([num_labels]))
 
     def __call__(self, features: Mapping[str, tf.Tensor], training: bool = False):
-        """Returns logits [batch, num_labels]."""
+        """Returns logits [batch, num_labels] (a regression's scores: [batch, 1])."""
         _, pooled = self.encoder(features["input_ids"], features["input_mask"],
                                  features["segment_ids"], training)
         pooled = self.encoder.dropout(pooled, self.config.hidden_dropout_prob, training)
@@ -325,12 +331,17 @@ class BertClassifier(tf.Module):
                               self.output_bias)
 
     def loss(self, features: Mapping[str, tf.Tensor], training: bool = False):
-        """Returns (mean cross-entropy, stats with loss_sum, correct, examples)."""
+        """Returns (mean cross-entropy, or mean squared error, and the stats)."""
         stats = self.loss_stats(features, training=training)
         return self.objective(stats, self.loss_denominators(features)), stats
 
     def loss_stats(self, features: Mapping[str, tf.Tensor], training: bool = False) -> dict:
         logits = self(features, training=training)
+        if self.regression:
+            gold = tf.reshape(features["label_values"], [-1])
+            error = tf.reshape(tf.cast(logits, tf.float32), [-1]) - gold
+            return {"loss_sum": tf.reduce_sum(tf.square(error)), "correct": tf.zeros([]),
+                    "examples": tf.cast(tf.shape(gold)[0], tf.float32)}
         labels = tf.reshape(features["label_ids"], [-1])
         ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
         pred = tf.argmax(logits, axis=-1, output_type=tf.int32)
@@ -342,7 +353,8 @@ class BertClassifier(tf.Module):
 
     @staticmethod
     def loss_denominators(features: Mapping[str, tf.Tensor]) -> dict:
-        return {"examples": tf.cast(tf.shape(features["label_ids"])[0], tf.float32)}
+        gold = features["label_ids"] if "label_ids" in features else features["label_values"]
+        return {"examples": tf.cast(tf.shape(gold)[0], tf.float32)}
 
     @staticmethod
     def objective(stats: Mapping[str, tf.Tensor], denominators: Mapping[str, tf.Tensor]):

@@ -51,6 +51,12 @@ def classification_metrics(totals: Mapping[str, float]) -> dict:
     return {"loss": totals["loss_sum"] / n, "accuracy": totals["correct"] / n}
 
 
+def regression_metrics(totals: Mapping[str, float]) -> dict:
+    """Metrics of a regression ``BertClassifier``'s stats: the loss is the mean squared
+    error."""
+    return {"loss": totals["loss_sum"] / max(totals["examples"], 1.0)}
+
+
 def write_scalar(name: str, value: float, step: int) -> None:
     """One TensorBoard scalar into the default summary writer."""
     tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,

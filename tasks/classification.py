@@ -1,4 +1,5 @@
-"""Sentence and sentence-pair classification data: TSV (with a header) or JSONL.
+"""Sentence and sentence-pair classification (or regression) data: TSV (with a header, or
+without one and its columns declared) or JSONL.
 
 Encoding follows google-research/bert's run_classifier.py: ``[CLS] a [SEP]`` or
 ``[CLS] a [SEP] b [SEP]``, the pair truncated by dropping the last token of the longer side
@@ -15,6 +16,7 @@ Light: numpy, no TensorFlow.
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional, Sequence
 
 import numpy as np
@@ -50,23 +52,33 @@ def _lines(path: str, max_rows: Optional[int]):
 
 
 def _load_tsv(path: str, text_fields: Sequence[str], label_field: str,
-              max_rows: Optional[int] = None) -> list[Example]:
+              max_rows: Optional[int] = None,
+              columns: Optional[Sequence[str]] = None) -> list[tuple[int, Example]]:
+    """(line number, example) of each row, split on tabs only: no quoting, as GLUE's files are read (google-research/bert's
+    csv reader with quotechar=None): MRPC's texts hold unbalanced double quotes."""
     examples = []
     lines = _lines(path, max_rows)
-    first = next(lines, None)
-    if first is None:
-        raise DataFileError(path, 1, "empty file: no header and no examples",
-                            "a TSV needs a header line naming its columns, then one example "
-                            "per line")
-    header = first[1].rstrip("\r\n").split("\t")
+    if columns is None:
+        first = next(lines, None)
+        if first is None:
+            raise DataFileError(path, 1, "empty file: no header and no examples",
+                                "a TSV needs a header line naming its columns, then one "
+                                "example per line")
+        # A byte-order mark is no part of the first column's name (GLUE's MRPC files have one).
+        header_line = first[1].lstrip("\ufeff").rstrip("\r\n")
+        header, where = header_line.split("\t"), "the header"
+    else:
+        header_line, header, where = "", list(columns), "the declared columns"
     missing = [c for c in (*text_fields, label_field) if c not in header]
     if missing:
-        raise DataFileError(path, 1, f"the header has no column {', '.join(map(repr, missing))}"
-                            f" (it has {', '.join(map(repr, header))})",
-                            "the first line must name the columns (tab-separated), and "
-                            "text_fields and label_field must be among them",
-                            first[1].rstrip("\r\n"))
-    columns = [header.index(c) for c in text_fields]
+        names, found = ", ".join(map(repr, missing)), ", ".join(map(repr, header))
+        if columns is None:
+            raise DataFileError(path, 1, f"the header has no column {names} (it has {found})",
+                                "the first line must name the columns (tab-separated), and "
+                                "text_fields and label_field must be among them", header_line)
+        raise DataFileError(path, 1, f"the declared columns have no {names} (they are "
+                            f"{found})", "text_fields and label_field must be among columns")
+    text_columns = [header.index(c) for c in text_fields]
     label_column = header.index(label_field)
     for number, line in lines:
         line = line.rstrip("\r\n")
@@ -74,16 +86,17 @@ def _load_tsv(path: str, text_fields: Sequence[str], label_field: str,
             continue
         row = line.split("\t")
         if len(row) != len(header):
-            raise DataFileError(path, number, f"{len(row)} tab-separated fields, the header "
-                                f"has {len(header)}",
-                                "one example per line with a field per header column, "
+            raise DataFileError(path, number, f"{len(row)} tab-separated fields, {where} "
+                                f"{'has' if columns is None else 'are'} {len(header)}",
+                                "one example per line with a field per "
+                                f"{'header ' if columns is None else 'declared '}column, "
                                 "separated by tabs (a tab inside a text must be removed)", line)
-        examples.append((tuple(row[c] for c in columns), row[label_column]))
+        examples.append((number, (tuple(row[c] for c in text_columns), row[label_column])))
     return examples
 
 
 def _load_jsonl(path: str, text_fields: Sequence[str], label_field: str,
-                max_rows: Optional[int] = None) -> list[Example]:
+                max_rows: Optional[int] = None) -> list[tuple[int, Example]]:
     examples = []
     for number, line in _lines(path, max_rows):
         if not line.strip():
@@ -103,24 +116,51 @@ def _load_jsonl(path: str, text_fields: Sequence[str], label_field: str,
                                 f"(it has {', '.join(map(repr, row))})",
                                 "every line needs the text_fields and the label_field",
                                 line.rstrip("\r\n"))
-        examples.append((tuple(str(row[c]) for c in text_fields), str(row[label_field])))
+        examples.append((number, (tuple(str(row[c]) for c in text_fields),
+                                  str(row[label_field]))))
     return examples
 
 
 def load_examples(path: str, text_fields: Sequence[str] = ("sentence",),
-                  label_field: str = "label", max_rows: Optional[int] = None
+                  label_field: str = "label", max_rows: Optional[int] = None,
+                  columns: Optional[Sequence[str]] = None, numeric_labels: bool = False
                   ) -> list[Example]:
-    """Reads ``.jsonl``/``.json`` (one object a line) or TSV with a header (anything else);
-    with ``max_rows``, only the first rows (a sample, for checks).
+    """Reads ``.jsonl``/``.json`` (one object a line) or TSV (anything else): with a header,
+    or without one when ``columns`` names its columns; with ``max_rows``, only the first
+    rows (a sample, for checks). ``numeric_labels``: every label must be a finite number
+    (a regression's scores); they stay strings here.
 
     Raises:
-      DataFileError: naming file:line, for a malformed row, a missing field or bad bytes.
+      DataFileError: naming file:line, for a malformed row, a missing field, a label that is
+        not a number, or bad bytes.
     """
     if not 1 <= len(text_fields) <= 2:
         raise ValueError(f"text_fields must name one or two fields, got {list(text_fields)}")
     if path.endswith((".jsonl", ".json")):
-        return _load_jsonl(path, text_fields, label_field, max_rows)
-    return _load_tsv(path, text_fields, label_field, max_rows)
+        numbered = _load_jsonl(path, text_fields, label_field, max_rows)
+    else:
+        numbered = _load_tsv(path, text_fields, label_field, max_rows, columns)
+    if numeric_labels:
+        for number, (_, label) in numbered:
+            if not _is_number(label):
+                raise DataFileError(path, number, f"the label {label!r} ({label_field}) is "
+                                    "not a number",
+                                    "a regression task's labels are numbers (e.g. STS-B's "
+                                    "scores, 0 to 5): check label_field, or make the task a "
+                                    "classification (its kind)")
+    return [example for _, example in numbered]
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def label_values(examples: Sequence[Example]) -> np.ndarray:
+    """A regression's labels as float32 [n]."""
+    return np.array([float(label) for _, label in examples], np.float32)
 
 
 def labels_of(examples: Sequence[Example]) -> list[str]:
@@ -133,17 +173,18 @@ def _truncate_pair(a: list[int], b: list[int], max_length: int) -> None:
         (a if len(a) > len(b) else b).pop()
 
 
-def encode_examples(examples: Sequence[Example], tokenizer, labels: Sequence[str],
-                    max_seq_length: int) -> dict[str, np.ndarray]:
-    """Token ids, mask, segment ids (int32 [n, max_seq_length]) and label ids (int32 [n])."""
-    label_ids = {label: i for i, label in enumerate(labels)}
+def encode_examples(examples: Sequence[Example], tokenizer, labels: Optional[Sequence[str]],
+                    max_seq_length: int, regression: bool = False) -> dict[str, np.ndarray]:
+    """Token ids, mask, segment ids (int32 [n, max_seq_length]) and label ids (int32 [n]),
+    or for a ``regression`` (``labels`` unused) the scores as label_values (float32 [n])."""
+    label_ids = {label: i for i, label in enumerate(labels or ())}
     n = len(examples)
     input_ids = np.zeros((n, max_seq_length), np.int32)
     input_mask = np.zeros((n, max_seq_length), np.int32)
     segment_ids = np.zeros((n, max_seq_length), np.int32)
     label_array = np.zeros((n,), np.int32)
     for row, (texts, label) in enumerate(examples):
-        if label not in label_ids:
+        if not regression and label not in label_ids:
             raise ValueError(f"example {row}: label {label!r} is not one of {list(labels)}")
         a = tokenizer.encode(texts[0])
         b = tokenizer.encode(texts[1]) if len(texts) > 1 else None
@@ -158,6 +199,9 @@ def encode_examples(examples: Sequence[Example], tokenizer, labels: Sequence[str
         input_ids[row, :len(tokens)] = tokens
         input_mask[row, :len(tokens)] = 1
         segment_ids[row, :len(tokens)] = segments
-        label_array[row] = label_ids[label]
-    return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
-            "label_ids": label_array}
+        if not regression:
+            label_array[row] = label_ids[label]
+    arrays = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+    if regression:
+        return {**arrays, "label_values": label_values(examples)}
+    return {**arrays, "label_ids": label_array}

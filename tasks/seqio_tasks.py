@@ -332,7 +332,8 @@ def _register_finetune_task(stage, rebase: Callable[[Any], Any]) -> seqio.Task:
         dev = {"dev": one(inputs["dev_file"]), **dev}
     return register_classification_task(
         spec.task, one(inputs["train_file"]), dev, spec.data.text_fields,
-        spec.data.label_field, spec.data.labels, inputs["vocab_dir"], spec.max_seq_length)
+        spec.data.label_field, spec.data.labels, inputs["vocab_dir"], spec.max_seq_length,
+        columns=spec.data.columns, regression=spec.data.task_kind().regression)
 
 
 def _rebaser(old_root: str, new_root: Optional[str]) -> Callable[[Any], Any]:
@@ -380,27 +381,39 @@ def register_classification_task(name: str, train_file: str,
                                  dev_file: str | Mapping[str, str],
                                  text_fields: Sequence[str], label_field: str,
                                  labels: Optional[Sequence[str]], vocab_dir: str,
-                                 max_seq_length: int) -> seqio.Task:
+                                 max_seq_length: int, columns: Optional[Sequence[str]] = None,
+                                 regression: bool = False) -> seqio.Task:
     """Registers a classification task from TSV or JSONL: split "train", and "validation"
     for one ``dev_file`` or one split per named dev set (``dev_file``: name -> file).
 
-    Features: input_ids, input_mask, segment_ids (int32 [max_seq_length]), label_ids (int32).
+    Features: input_ids, input_mask, segment_ids (int32 [max_seq_length]), label_ids (int32),
+    or for a ``regression`` label_values (float32: the scores; ``labels`` unused).
     ``labels`` None takes the sorted labels of the train file. An example whose label is
     not one of ``labels`` is an error (DataFileError): a dev example the model cannot
     predict would be scored wrong, or silently left out. Examples keep the files' order.
+    ``columns`` names the columns of TSV files without a header line (GLUE's CoLA).
     """
     dev = {"validation": dev_file} if isinstance(dev_file, str) else dict(dev_file)
     files = {"train": train_file, **dev}
     known = [list(labels)] if labels is not None else []  # read from train when first needed
     seq = [max_seq_length]
+    target, target_spec = (("label_values", ([], "float32")) if regression
+                           else ("label_ids", ([], "int64")))
     spec = {"input_ids": (seq, "int64"), "input_mask": (seq, "int64"),
-            "segment_ids": (seq, "int64"), "label_ids": ([], "int64")}
+            "segment_ids": (seq, "int64"), target: target_spec}
+
+    def read(path: str):
+        return load_examples(path, text_fields, label_field, columns=columns,
+                             numeric_labels=regression)
 
     def dataset_fn(split: str, shuffle_files: bool, seed: Optional[int] = None):
         del shuffle_files, seed
+        examples = read(files[split])
+        if regression:
+            return tf.data.Dataset.from_tensor_slices(encode_examples(
+                examples, cached_tokenizer(vocab_dir), None, max_seq_length, regression=True))
         if not known:
-            known.append(labels_of(load_examples(train_file, text_fields, label_field)))
-        examples = load_examples(files[split], text_fields, label_field)
+            known.append(labels_of(read(train_file)))
         unseen = sorted({label for _, label in examples} - set(known[0]))
         if unseen:  # checked in the dry run for local files; here for gs:// ones
             raise DataFileError(
@@ -416,5 +429,5 @@ def register_classification_task(name: str, train_file: str,
     return _replace_task(
         name,
         source=seqio.FunctionDataSource(dataset_fn, splits=list(files)),
-        output_features=_features(spec, seqio_vocabulary(vocab_dir), ranks={"label_ids": 0}),
+        output_features=_features(spec, seqio_vocabulary(vocab_dir), ranks={target: 0}),
         shuffle_buffer_size=_SHUFFLE_BUFFER)

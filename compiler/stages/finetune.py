@@ -14,17 +14,25 @@ from runexp.compiler.specs import FinetuneSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
 from runexp.compiler.stages.huggingface_init import huggingface_init
+from runexp.compiler.glue_tasks import GlueTask, header_problem
+from runexp.compiler.specs.task_kinds import KINDS, metric_names, task_kind
 
 TASK = "classification_task"
+# Task settings newer than the plans of existing experiments: left out of a plan while unset
+# (a plan's missing param takes its spec default), so those plans keep their fingerprints.
+LEFT_OUT_UNSET = ("kind", "metrics", "columns")
 # Training files up to this size are read at compile time to check their labels.
 LABEL_CHECK_BYTES = 16 << 20
 SAMPLE_ROWS = 10_000  # rows of larger files read at compile time
 
 
 def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[Stage],
-                  accel) -> Optional[Stage]:
+                  accel, glue: Optional[GlueTask] = None,
+                  glue_dir: Optional[str] = None) -> Optional[Stage]:
+    """The finetune stage of a registered classification_task, or of a ``glue`` task read
+    from ``glue_dir``. None after reporting a problem every fine-tune would share."""
     tasks = ctx.r.scopes(TASK)
-    if task not in tasks:
+    if glue is None and task not in tasks:
         ctx.c.error(f"finetune.task names {task!r}, which is not a registered "
                     "classification_task", ctx.loc("finetune", "task"),
                     hint=(did_you_mean(task, tasks) or "") + f" (register one with "
@@ -33,6 +41,10 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
     b = StageBuilder(ctx.r)
     b.set("task", task, ctx.r.provenance("finetune", "task").short())
     p = b.take_spec(FinetuneSpec, "finetune", task)
+    if glue is not None:
+        for name, value in glue.settings().items():
+            b.set(name, value, f"GLUE's {glue.directory} (compiler/glue_tasks.py)")
+    _leave_out_unset(b)
     init = p["init_checkpoint"]
     if pretrain is not None:
         b.copy(pretrain, "model")
@@ -60,8 +72,13 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
                               ctx.loc("finetune", "init_checkpoint"), accel, hf, vocab)
     b.set("accelerator", accel.to_dict() if accel else None, "experiment.accelerator")
     check_finetune(ctx, task, p, accel)
-    inputs, fps, deps = finetune_files(ctx, task)
-    check_classification_files(ctx, task, inputs, p)
+    if glue is not None:
+        inputs, fps, deps = glue_files(ctx, glue, glue_dir)
+        if check_glue_headers(ctx, glue, inputs):
+            check_classification_files(ctx, task, inputs, p)
+    else:
+        inputs, fps, deps = finetune_files(ctx, task)
+        check_classification_files(ctx, task, inputs, p)
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
     deps.append(vocab.id)
@@ -76,15 +93,33 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
     return ctx.add(f"finetune.{task}", "finetune", b, inputs, fps, sorted(set(deps)))
 
 
+def _loc(ctx: PlanContext, task: str, param: str):
+    """Where a task's setting is bound; for a GLUE task (not registered: its settings are
+    GLUE's), where glue.data_dir is."""
+    if task not in ctx.r.scopes(TASK):
+        return ctx.loc("glue", "data_dir")
+    return ctx.loc(TASK, param, task)
+
+
+def _leave_out_unset(b: StageBuilder) -> None:
+    for name in LEFT_OUT_UNSET:
+        if b.params.get(name) is None:
+            b.params.pop(name, None)
+            b.provenance.pop(name, None)
+
+
 def check_finetune(ctx: PlanContext, task: str, p: dict, accel) -> None:
     fields, labels = p["text_fields"], p["labels"]
     if fields is not None and len(fields) not in (1, 2):
         ctx.c.error(f"{task}/classification_task.text_fields must name one or two fields, "
-                    f"got {fields!r}", ctx.loc(TASK, "text_fields", task),
+                    f"got {fields!r}", _loc(ctx, task, "text_fields"),
                     hint="['sentence'] or ['sentence1', 'sentence2']")
-    if labels is not None and len(set(labels)) < 2:
+    elif fields is not None:
+        check_kind(ctx, task, p)
+    regression = p.get("kind") is not None and KINDS[p["kind"]].regression
+    if labels is not None and len(set(labels)) < 2 and not regression:
         ctx.c.error(f"{task}: a classification task needs at least two labels, got {labels!r}",
-                    ctx.loc(TASK, "labels", task))
+                    _loc(ctx, task, "labels"))
     length, max_pos = p["max_seq_length"], p["model"]["max_position_embeddings"]
     if length and length > max_pos:
         ctx.c.error(f"finetune.max_seq_length ({length}) exceeds max_position_embeddings "
@@ -92,6 +127,34 @@ def check_finetune(ctx: PlanContext, task: str, p: dict, accel) -> None:
                     hint=f"use at most {max_pos}")
     ctx.check_batch(p["batch_size"], accel, "fine-tune batch size",
                     ctx.loc("finetune", "batch_size"))
+
+
+def check_kind(ctx: PlanContext, task: str, p: dict) -> None:
+    """The declared kind fits the text fields; the metrics exist and fit the kind (F1 of
+    the positive class needs exactly two labels); a regression lists no labels."""
+    kind = task_kind(p.get("kind"), p["text_fields"])
+    where = _loc(ctx, task, "kind")
+    if kind.text_fields is not None and kind.text_fields != len(p["text_fields"]):
+        ctx.c.error(f"{task}: kind {kind.name!r} takes {kind.text_fields} text field"
+                    f"{'s' if kind.text_fields > 1 else ''}, but text_fields is "
+                    f"{list(p['text_fields'])!r}", where or _loc(ctx, task, "text_fields"),
+                    hint="name the fields the kind reads, or choose the kind of the fields")
+    metrics_loc = _loc(ctx, task, "metrics")
+    names = metric_names(kind, p.get("metrics"))
+    wrong = [m for m in names if m not in kind.allowed_metrics]
+    if wrong:
+        ctx.c.error(f"{task}: {', '.join(map(repr, wrong))} cannot score a {kind.name} task",
+                    metrics_loc, hint=f"a {kind.name} task is scored by any of "
+                    f"{', '.join(kind.allowed_metrics)}")
+    labels = p["labels"]
+    if "f1" in names and labels is not None and len(labels) != 2:
+        ctx.c.error(f"{task}: f1 scores the positive class of a binary task, but it has "
+                    f"{len(labels)} labels", metrics_loc,
+                    hint="f1's positive class is the second label: list two labels, or drop f1")
+    if kind.regression and labels is not None:
+        ctx.c.error(f"{task}: a regression has no labels, but labels is {list(labels)!r}",
+                    _loc(ctx, task, "labels"),
+                    hint="unset labels: a regression's label_field holds numbers")
 
 
 def finetune_files(ctx: PlanContext, task: str) -> tuple[dict, dict, list]:
@@ -106,15 +169,15 @@ def finetune_files(ctx: PlanContext, task: str) -> tuple[dict, dict, list]:
     train = ctx.r.get(TASK, "train_file", task)
     if train is not None:
         found, fps["train_file"] = one(train, f"{task}.train_file",
-                                       ctx.loc(TASK, "train_file", task))
+                                       _loc(ctx, task, "train_file"))
         if found:
             inputs["train_file"] = found
     dev_file = ctx.r.get(TASK, "dev_file", task)
     dev_files = ctx.r.get(TASK, "dev_files", task)
-    loc_dev = ctx.loc(TASK, "dev_files", task)
+    loc_dev = _loc(ctx, task, "dev_files")
     named: dict = {}
     if dev_file is not None:
-        named["dev"] = (dev_file, ctx.loc(TASK, "dev_file", task))
+        named["dev"] = (dev_file, _loc(ctx, task, "dev_file"))
     for name, value in (dev_files or {}).items():
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name) \
                 or not isinstance(value, str):
@@ -130,7 +193,7 @@ def finetune_files(ctx: PlanContext, task: str) -> tuple[dict, dict, list]:
         named[name] = (value, loc_dev)
     if not named:
         ctx.c.error(f"{task}: no dev set: set {task}/classification_task.dev_file or "
-                    "dev_files", ctx.loc(TASK, "train_file", task),
+                    "dev_files", _loc(ctx, task, "train_file"),
                     hint="the fine-tune is scored on each dev set")
     dev_uris = {}
     for name, (value, location) in named.items():
@@ -145,15 +208,67 @@ def finetune_files(ctx: PlanContext, task: str) -> tuple[dict, dict, list]:
     return inputs, fps, deps
 
 
+def glue_files(ctx: PlanContext, glue: GlueTask, glue_dir: str) -> tuple[dict, dict, list]:
+    """A GLUE task's train file and dev sets in ``glue_dir``, as finetune_files gives a
+    registered task's; a local file that is missing is one error naming it."""
+    inputs, fps, dev_uris = {}, {}, {}
+    location = ctx.loc("glue", "data_dir")
+    folder = uris.join(uris.absolute(glue_dir), glue.directory)
+    for split, name in glue.files.items():
+        path = uris.join(folder, name)
+        if not uris.is_gcs(path) and not os.path.isfile(path):
+            ctx.c.error(f"GLUE_DIR has no {glue.directory}/{name} ({path}): finetune.suite "
+                        f"names {glue.name!r}", location,
+                        hint=f"GLUE's {glue.directory} is {', '.join(glue.files.values())} in "
+                             f"{glue.directory}/ under GLUE_DIR, as GLUE's download script "
+                             f"lays it out: put them there, or drop {glue.name!r} from the suite")
+            continue
+        found, fp, _ = ctx.files([path], f"{glue.name}.{split}", location)
+        if not found:
+            continue
+        fps["train_file" if split == "train" else f"dev_files.{split}"] = fp
+        if split == "train":
+            inputs["train_file"] = found[0]
+        else:
+            dev_uris[split] = found[0]
+    inputs["dev_files"] = dev_uris
+    return inputs, fps, []
+
+
+def check_glue_headers(ctx: PlanContext, glue: GlueTask, inputs: dict) -> bool:
+    """Local GLUE files have their columns where GLUE's published files have them (CoLA's
+    have no header: its rows are checked by the reader). False after reporting one."""
+    if glue.columns is not None:
+        return True
+    ok = True
+    for path in [inputs.get("train_file"), *(inputs.get("dev_files") or {}).values()]:
+        if not path or uris.is_gcs(path) or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as f:
+            first = f.readline().decode("utf-8", "replace").lstrip("\ufeff").rstrip("\r\n")
+        problem = header_problem(glue, first.split("\t"))
+        if problem:
+            ok = False
+            ctx.c.error(f"{path}: not GLUE's {glue.directory} layout: {problem}",
+                        ctx.loc("glue", "data_dir"),
+                        hint=f"GLUE_DIR/{glue.directory}/ must hold the files as GLUE "
+                             "publishes them (a header line, tab-separated, no quoting); for "
+                             "data in another layout, register a classification_task with "
+                             "its own text_fields and label_field")
+    return ok
+
+
 def _read(ctx: PlanContext, path: str, p: dict) -> tuple[Optional[list], bool]:
     """(examples, whole) of a local classification file: all of it up to LABEL_CHECK_BYTES,
     else a sample of its first SAMPLE_ROWS rows; (None, False) after reporting an error."""
     from runexp.tasks.classification import DataFileError, load_examples  # no TensorFlow
 
     whole = os.path.getsize(path) <= LABEL_CHECK_BYTES
+    regression = p.get("kind") is not None and KINDS[p["kind"]].regression
     try:
         return load_examples(path, p["text_fields"], p["label_field"],
-                             None if whole else SAMPLE_ROWS), whole
+                             None if whole else SAMPLE_ROWS, columns=p.get("columns"),
+                             numeric_labels=regression), whole
     except DataFileError as e:
         ctx.c.problems(e.problems)
         return None, False
@@ -166,6 +281,9 @@ def check_classification_files(ctx: PlanContext, task: str, inputs: dict, p: dic
     be scored right: the run would report accuracy on what is left, or 0.000)."""
     if not p["text_fields"] or len(p["text_fields"]) not in (1, 2):
         return
+    if p.get("kind") is not None and KINDS[p["kind"]].regression:
+        _check_regression_files(ctx, task, inputs, p)
+        return
     labels = p["labels"]
     train_path = inputs.get("train_file")
     known = set(labels) if labels is not None else None
@@ -173,13 +291,13 @@ def check_classification_files(ctx: PlanContext, task: str, inputs: dict, p: dic
         examples, whole = _read(ctx, train_path, p)
         if examples is not None and whole:
             found = {label for _, label in examples}
-            loc = ctx.loc(TASK, "labels", task) or ctx.loc(TASK, "train_file", task)
+            loc = _loc(ctx, task, "labels") or _loc(ctx, task, "train_file")
             if not examples:
-                ctx.c.error(f"{train_path}: no examples", ctx.loc(TASK, "train_file", task),
+                ctx.c.error(f"{train_path}: no examples", _loc(ctx, task, "train_file"),
                             hint="the train file has a header but no rows")
             elif len(found) < 2 and labels is None:
                 ctx.c.error(f"{train_path}: every example has the label {next(iter(found))!r}:"
-                            " nothing to classify", ctx.loc(TASK, "train_file", task),
+                            " nothing to classify", _loc(ctx, task, "train_file"),
                             hint=f"check label_field ({p['label_field']!r}): it should name "
                                  "the column holding the class")
             unknown = sorted(found - set(labels)) if labels is not None else []
@@ -199,7 +317,7 @@ def check_classification_files(ctx: PlanContext, task: str, inputs: dict, p: dic
             continue
         if whole and not examples:
             ctx.c.error(f"{path}: dev set {name!r} has no examples", ctx.loc(TASK, "dev_files",
-                        task) or ctx.loc(TASK, "dev_file", task),
+                        task) or _loc(ctx, task, "dev_file"),
                         hint="the file has a header but no rows")
         if known is None:
             continue
@@ -211,8 +329,22 @@ def check_classification_files(ctx: PlanContext, task: str, inputs: dict, p: dic
             shown = ", ".join(f"{k!r} ({v} example{'s' if v != 1 else ''})"
                               for k, v in sorted(unseen.items())[:5])
             ctx.c.error(f"{path}: dev set {name!r} has labels the model is never trained on: "
-                        f"{shown}", ctx.loc(TASK, "dev_files", task) or
-                        ctx.loc(TASK, "dev_file", task),
+                        f"{shown}", _loc(ctx, task, "dev_files") or
+                        _loc(ctx, task, "dev_file"),
                         hint=f"the training labels are {', '.join(map(repr, sorted(known)[:8]))}"
                              ": fix the dev labels (spelling, case), or give the task's full "
                              f"list in {task}/classification_task.labels")
+
+
+def _check_regression_files(ctx: PlanContext, task: str, inputs: dict, p: dict) -> None:
+    """A regression's local files read (or sampled) at compile time: their shape, and every
+    label a number."""
+    paths = {"train": inputs.get("train_file"), **(inputs.get("dev_files") or {})}
+    for name, path in paths.items():
+        if not path or uris.is_gcs(path) or not os.path.isfile(path):
+            continue
+        examples, whole = _read(ctx, path, p)
+        if examples is not None and whole and not examples:
+            ctx.c.error(f"{path}: {'the train file' if name == 'train' else f'dev set {name!r}'}"
+                        " has no examples", _loc(ctx, task, "train_file"),
+                        hint="the file has a header but no rows")

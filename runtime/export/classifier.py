@@ -10,6 +10,9 @@ names out.
     clf.signatures["classify_ids"](input_word_ids=..., input_mask=..., input_type_ids=...)
     clf.labels.numpy()     # the label names in id order; clf.text_fields: the task's fields
 
+A regression (STS-B's kind: one output) returns ``score`` [batch] and ``logits`` [batch, 1]
+instead of labels and probabilities.
+
 ``serving_default`` is ``classify_pair`` for a two-field task, else ``classify_text``. The
 same functions are methods of the loaded object (``clf.classify_text(texts)``). Text is
 tokenised and packed in the graph (preprocessing.py) exactly as the finetune stage encoded
@@ -57,6 +60,8 @@ class Classifier(ReusableModule):
         """Encoder inputs (int32 [batch, seq]) -> logits, probabilities, label_id, label."""
         logits = self.model({"input_ids": input_word_ids, "input_mask": input_mask,
                              "segment_ids": input_type_ids}, training=False)
+        if self.model.regression:  # one output, the predicted score: no softmax, no label
+            return {"logits": logits, "score": logits[:, 0]}
         probabilities = tf.nn.softmax(logits)
         # The finetune stage's prediction: the argmax of the probabilities.
         label_id = tf.argmax(probabilities, axis=-1, output_type=tf.int32)

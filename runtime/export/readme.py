@@ -24,6 +24,7 @@ class ExportFacts:
     text_fields: Optional[Sequence[str]] = None  # its task's text fields
     task: str = ""
     special_ids: Optional[dict] = None          # {"[CLS]": 2, ...}
+    huggingface_files: Sequence[str] = ()       # written into huggingface/
 
     @property
     def finetuned(self) -> bool:
@@ -48,6 +49,10 @@ def _files_table(f: ExportFacts) -> str:
          + ("`bert/...`, and the classifier's `output_weights`, `output_bias`"
             if f.finetuned else "`bert/...` encoder, `cls/...` pretraining heads") + ")"),
         ("bert_config.json", "the model's shape, google-research/bert's format"),
+        ("huggingface/", "the same model for Hugging Face transformers ("
+         + ("`BertForSequenceClassification`, with the label names"
+            if f.finetuned else "`BertForPreTraining`: encoder, masked-LM and next-sentence "
+            "heads") + "): " + ", ".join(f"`{name}`" for name in f.huggingface_files)),
     ]
     if "vocab.txt" in f.vocab_files:
         rows.append(("vocab.txt", "one token per line, id = line number" + (
@@ -171,48 +176,65 @@ python run_classifier.py --task_name=... --data_dir=... --output_dir=... \\
   --bert_config_file=bert_config.json --init_checkpoint=bert_model.ckpt
 ```
 """)
-    tokenizer = (f"""transformers' `BertTokenizer` reads WordPiece vocabularies only: use the
-`sentencepiece` library over `spm.model` for the ids ({_specials(f)}).
-""" if spm else f"""```python
-from transformers import BertTokenizer
-tokenizer = BertTokenizer("vocab.txt", do_lower_case={lower})
-```
-""")
-    untested = ("(transformers is not a runexp dependency: these commands are not run by its "
-                "tests.)\n")
+    parts.append(_huggingface_section(f))
+    return "\n".join(parts)
+
+
+def _huggingface_section(f: ExportFacts) -> str:
+    """How transformers loads ``huggingface/`` (the code tests/runtime/hf_consumer.py runs)
+    and how to publish it."""
+    tokenizer_files = "tokenizer.json" in f.huggingface_files
+    example = "Return the value of the key."
     if f.finetuned:
-        parts.append(f"""## Hugging Face transformers
+        pair = f.text_fields is not None and len(f.text_fields) == 2
+        classify = ('classify({"text": "How old are you?", "text_pair": "What is your age?"})'
+                    if pair else f'classify("{example}")')
+        code = f"""from transformers import AutoModelForSequenceClassification, pipeline
 
-transformers' converter (`convert_bert_original_tf_checkpoint_to_pytorch`,
-`BertForPreTraining.from_pretrained(..., from_tf=True)`) reads google-research/bert's
-pretraining layout (`bert/...`, `cls/...`). This checkpoint is run_classifier.py's: the
-encoder `bert/...` and the classifier head as `output_weights`, `output_bias`, which the
-converter has no name for (it stops at them), and no `cls/` heads. Build a
-`BertForSequenceClassification` from `bert_config.json` (`num_labels={len(f.labels)}`),
-copy the `bert/...` variables into `model.bert` (kernels transposed) and `output_weights` /
-`output_bias` into `model.classifier.weight` / `.bias`, reading them with
-`tf.train.load_checkpoint("bert_model.ckpt").get_tensor(name)`; or convert the encoder of
-the pretraining export instead.
+classify = pipeline("text-classification", model="huggingface")
+# [{{'label': ..., 'score': ...}}], the labels: {', '.join(f.labels)}
+print({classify})
 
-{tokenizer}
-{untested}""")
+model = AutoModelForSequenceClassification.from_pretrained("huggingface")
+model.config.id2label                     # {{0: '{f.labels[0]}', ...}}"""
     else:
-        parts.append(f"""## Hugging Face transformers
+        code = f"""from transformers import AutoModel, AutoModelForPreTraining, AutoTokenizer, pipeline
+
+fill = pipeline("fill-mask", model="huggingface")
+print(fill("Return the [MASK] of the key."))
+
+tokenizer = AutoTokenizer.from_pretrained("huggingface")
+inputs = tokenizer(["{example}"], return_tensors="pt")
+encoder = AutoModel.from_pretrained("huggingface")   # the heads are left out (reported unused)
+outputs = encoder(**inputs)
+outputs.last_hidden_state                 # [1, tokens, {f.hidden}]
+outputs.pooler_output                     # [1, {f.hidden}]
+pretraining = AutoModelForPreTraining.from_pretrained("huggingface")  # with both heads
+pretraining(**inputs).prediction_logits   # masked-LM logits [1, tokens, vocab]"""
+    lower = "True" if f.do_lower_case else "False"
+    note = "" if tokenizer_files else (f"""
+`huggingface/` holds no tokenizer files in this export: add them first with
+`BertTokenizerFast("vocab.txt", do_lower_case={lower}).save_pretrained("huggingface")`.
+""" if f.vocab_type != "sentencepiece" else f"""
+`huggingface/` holds no tokenizer files in this export: tokenise with the `sentencepiece`
+library over `spm.model` (ids {_specials(f)}) and pass the ids to the models.
+""")
+    return f"""## Hugging Face transformers (`huggingface/`)
+
+`huggingface/` is a transformers BERT directory: `config.json`, `model.safetensors` (the
+weights, float32) and the tokenizer. It computes what runexp computes (the same GELU,
+layer-norm epsilon and positions: `config.json` says so, and runexp's tests compare the
+numbers). Fine-tune it like any BERT on the Hub; runexp starts from such a directory too
+(`INIT_CHECKPOINT` = the directory).
+{note}
+```python
+{code}
+```
+
+Publish it on the Hugging Face Hub (after `hf auth login`; huggingface_hub before 1.0 spells
+the commands `huggingface-cli login` and `huggingface-cli upload`):
 
 ```sh
-python -m transformers.models.bert.convert_bert_original_tf_checkpoint_to_pytorch \\
-  --tf_checkpoint_path bert_model.ckpt --bert_config_file bert_config.json \\
-  --pytorch_dump_path pytorch_model.bin
+hf upload <your-name>/<model-name> huggingface .
 ```
-
-or, in Python:
-
-```python
-from transformers import BertConfig, BertForPreTraining
-config = BertConfig.from_json_file("bert_config.json")
-model = BertForPreTraining.from_pretrained("bert_model.ckpt.index", from_tf=True, config=config)
-```
-
-{tokenizer}
-{untested}""")
-    return "\n".join(parts)
+"""

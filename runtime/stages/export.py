@@ -12,6 +12,9 @@ classifier). Writes:
   (runtime/export/preprocessing.py), with ``tokenize`` and ``bert_pack_inputs``.
 - ``classifier/`` (fine-tuned only): text -> ``logits``, ``probabilities``, ``label``
   (runtime/export/classifier.py).
+- ``huggingface/``: a transformers BERT directory (runtime/export/huggingface.py):
+  ``config.json`` (BertForPreTraining, or BertForSequenceClassification with the labels),
+  ``model.safetensors``, and the tokenizer files.
 - ``bert_model.ckpt.*`` (google-research/bert's layout; a fine-tuned one also holds the
   classifier's ``output_weights``/``output_bias``), ``bert_config.json``, ``vocab.txt`` (and
   ``spm.model``), ``README.md`` (how to load each, runtime/export/readme.py).
@@ -68,7 +71,8 @@ def _finetuned(config: BertConfig, finetune_dir: str):
     metrics.json (``labels``, ``num_labels``)."""
     with open(os.path.join(finetune_dir, METRICS_FILE), encoding="utf-8") as f:
         metrics = json.load(f)
-    model = BertClassifier(config, int(metrics["num_labels"]))
+    model = BertClassifier(config, int(metrics["num_labels"]),
+                           regression=metrics.get("kind") == "regression")
     return model, checkpoints.restore_model(model, finetune_dir), metrics
 
 
@@ -93,6 +97,7 @@ def run(ctx) -> dict:
     # TensorFlow, tensorflow_text: imported when the stage runs.
     from runexp.runtime.export import classifier as classifier_lib
     from runexp.runtime.export import encoder as encoder_lib
+    from runexp.runtime.export import huggingface as huggingface_lib
     from runexp.runtime.export import preprocessing as preprocessing_lib
     from runexp.runtime.export import readme
 
@@ -148,6 +153,11 @@ def run(ctx) -> dict:
         paths["classifier"] = os.path.join(out, CLASSIFIER_DIR)
         classifier_lib.save_classifier(model, vocab_dir, seq_length, labels, text_fields,
                                        paths["classifier"])
+    special_ids = _special_ids(vocab_dir)
+    paths["huggingface"] = os.path.join(out, huggingface_lib.HUGGINGFACE_DIR)
+    huggingface_files = huggingface_lib.save_huggingface(
+        model, paths["huggingface"], vocab_dir=vocab_dir, seq_length=seq_length,
+        pad_token_id=special_ids.get("[PAD]"), labels=labels)
     checkpoints.save_google_checkpoint(variables, os.path.join(out, GOOGLE_CHECKPOINT))
     write_bert_config(config, out)
     parameters = count_parameters(variables)
@@ -156,7 +166,7 @@ def run(ctx) -> dict:
         hidden=config.hidden_size, vocab_type=report["type"], do_lower_case=lower,
         seq_length=seq_length, seq_length_source=why, vocab_files=copied, labels=labels,
         text_fields=text_fields, task=finetune.task if finetune else "",
-        special_ids=_special_ids(vocab_dir))
+        special_ids=special_ids, huggingface_files=huggingface_files)
     with open(os.path.join(out, README), "w", encoding="utf-8") as f:
         f.write(readme.render(facts))
     ctx.progress(f"exported step {step}: {parameters:,} parameters; "

@@ -3,11 +3,19 @@
 Contract (docs/STAGES.md): inputs ``train_file``, ``dev_files`` (name -> file; one
 scored set each; ``dev_file`` is the set named "dev"), ``vocab_dir``, and the encoder to start
 from: ``checkpoint_dir`` (a pretrain stage's directory) or ``init_checkpoint`` (a checkpoint
-prefix in Google's layout, e.g. a released BERT). Writes ``checkpoints/``, ``metrics.json``
-(per dev set under ``dev_sets``: ``accuracy``, ``majority_baseline``, ``examples``; at the top
-level the first set's ``accuracy`` and ``majority_baseline``, and ``num_labels``,
-``dev_examples``, ``train_examples``), ``predictions.<dev set>.tsv``, ``curves.png``
-(runtime/report/curves.py, with the dev scores and the majority class).
+prefix in Google's layout, e.g. a released BERT, or a Hugging Face BERT directory:
+config.json + model.safetensors). Writes ``checkpoints/``, ``metrics.json``
+(per dev set under ``dev_sets``: each of the task's metrics (``metrics``: their names,
+compiler/specs/task_kinds.py), ``examples``, and for a classification
+``majority_baseline``; at the top level the first set's metrics and baseline, ``kind``,
+``num_labels`` (1 for a regression), ``dev_examples``, ``train_examples``),
+``predictions.<dev set>.tsv`` (gold label, prediction, its probability — a regression's
+predicted score has none — and the texts), ``curves.png`` (runtime/report/curves.py, with
+the dev scores and the majority class).
+
+Heads: a classification's softmax over its labels (cross-entropy), or a regression's one
+output (mean squared error on the float labels), both in google-research/bert's variable
+layout (runtime/model.py ``BertClassifier``).
 
 Params are a ``FinetuneSpec`` (compiler/specs/finetune.py); the optimizer is BERT's
 run_classifier one (AdamW, linear decay, clipping at 1.0).
@@ -40,6 +48,8 @@ from runexp.runtime.model import BertClassifier
 from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import Preempted
 from runexp.runtime.report.curves import draw_stage_curves
+from runexp.runtime.task_metrics import score
+from runexp.runtime.train_log import regression_metrics
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, classification_metrics
 from runexp.tasks import seqio_tasks
 from runexp.tasks.classification import DataFileError, labels_of, load_examples
@@ -61,12 +71,17 @@ def _one_file(value) -> str:
     return files[0]
 
 
+GOLD_FEATURES = ("label_ids", "label_values")  # a classification's, a regression's
+
+
 def _predict(model: BertClassifier, arrays: dict, batch_size: int) -> np.ndarray:
-    """Class probabilities [n, num_labels] for encoded examples."""
-    features = {k: v for k, v in arrays.items() if k != "label_ids"}
+    """Class probabilities [n, num_labels] for encoded examples; a regression's predicted
+    scores [n, 1]."""
+    features = {k: v for k, v in arrays.items() if k not in GOLD_FEATURES}
     ds = tf.data.Dataset.from_tensor_slices(features).batch(batch_size)
-    predict = tf.function(lambda f: tf.nn.softmax(model(f, training=False)),
-                          reduce_retracing=True)
+    output = (lambda f: model(f, training=False)) if model.regression else \
+        (lambda f: tf.nn.softmax(model(f, training=False)))
+    predict = tf.function(output, reduce_retracing=True)
     out = [predict(batch).numpy() for batch in ds]
     return np.concatenate(out) if out else np.zeros([0, model.num_labels], np.float32)
 
@@ -95,21 +110,28 @@ def _dev_sets(inputs) -> dict:
 
 
 def _start_encoder(ctx, model: BertClassifier, trainer: Trainer) -> str:
-    """Initialises the encoder of a fresh run: from the pretrain stage's latest checkpoint or
-    from a Google-layout checkpoint. A resumed run keeps its own weights."""
+    """Initialises the encoder of a fresh run: from the pretrain stage's latest checkpoint,
+    a Google-layout checkpoint or a Hugging Face directory. A resumed run keeps its own
+    weights."""
     inputs = ctx.inputs
     if trainer.manager.latest_checkpoint is not None:
         return f"this stage's own {trainer.manager.latest_checkpoint} (resumed)"
     if inputs.get("init_checkpoint"):
         prefix = inputs["init_checkpoint"]
-        report = checkpoints.load_google_checkpoint(model.google_variables(), prefix)
+        report = checkpoints.load_init_checkpoint(model.google_variables(), prefix,
+                                                  model.config)
         head = [n for n in report.missing if n.startswith("bert/")]
+        if report.source == "huggingface":
+            # A BertForMaskedLM directory has no pooler: it starts fresh, as the classifier.
+            head = [n for n in head if not n.startswith("bert/pooler/")]
         if head:
+            layout = ("a transformers BERT" if report.source == "huggingface"
+                      else "a BERT checkpoint in Google's variable layout")
             raise UserError(Problem(f"init_checkpoint {prefix} lacks {len(head)} encoder "
-                                    f"variables (e.g. {head[0]}): it is not a BERT checkpoint "
-                                    "in Google's variable layout",
-                                    hint="give a google-research/bert checkpoint, or the "
-                                         "export stage's bert_model.ckpt of a runexp run"))
+                                    f"variables (e.g. {head[0]}): it is not {layout}",
+                                    hint="give a google-research/bert checkpoint, the export "
+                                         "stage's bert_model.ckpt of a runexp run, or a "
+                                         "Hugging Face BERT directory (e.g. an export's huggingface/)"))
         ctx.progress(f"init_checkpoint {prefix}: {len(report.loaded)} variables loaded; the "
                      f"classifier ({', '.join(report.missing) or 'none'}) starts fresh; "
                      f"{len(report.unused)} unused (pretraining heads)")
@@ -117,15 +139,31 @@ def _start_encoder(ctx, model: BertClassifier, trainer: Trainer) -> str:
     return checkpoints.restore_encoder(model.encoder, inputs["checkpoint_dir"])
 
 
-def _score(model, dev, dev_arrays, labels, batch_size, majority_label) -> tuple[dict, list]:
-    probs = _predict(model, dev_arrays, batch_size)
-    predicted = probs.argmax(axis=1) if len(dev) else np.zeros([0], np.int64)
-    gold = dev_arrays["label_ids"]
-    accuracy = float((predicted == gold).mean()) if len(dev) else 0.0
+def _score(model, dev, dev_arrays, labels, batch_size, majority_label,
+           metrics: tuple) -> tuple[dict, list]:
+    """(scores, prediction rows) of one dev set: the task's metrics (runtime/task_metrics.py)
+    and, for a classification, the majority label's accuracy."""
+    outputs = _predict(model, dev_arrays, batch_size)
+    if model.regression:
+        predicted = outputs[:, 0]
+        rows = [(label, f"{value:.4f}", "", texts) for (texts, label), value in zip(dev, predicted)]
+        return {**score(metrics, dev_arrays["label_values"], predicted),
+                "examples": len(dev)}, rows
+    predicted = outputs.argmax(axis=1) if len(dev) else np.zeros([0], np.int64)
     majority = (sum(label == majority_label for _, label in dev) / len(dev)) if dev else 0.0
     rows = [(label, labels[k], f"{row[k]:.4f}", texts)
-            for (texts, label), k, row in zip(dev, predicted, probs)]
-    return {"accuracy": accuracy, "majority_baseline": majority, "examples": len(dev)}, rows
+            for (texts, label), k, row in zip(dev, predicted, outputs)]
+    return {**score(metrics, dev_arrays["label_ids"], predicted), "majority_baseline": majority,
+            "examples": len(dev)}, rows
+
+
+def _describe(scores: dict) -> str:
+    """"accuracy 0.8123, f1 0.7012 (majority baseline 0.5000, 64 examples)"."""
+    values = ", ".join(f"{k} {v:.4f}" for k, v in scores.items()
+                       if k not in ("majority_baseline", "examples"))
+    baseline = (f"majority baseline {scores['majority_baseline']:.4f}, "
+                if "majority_baseline" in scores else "")
+    return f"{values} ({baseline}{scores['examples']} examples)"
 
 
 def run(ctx) -> dict:
@@ -135,22 +173,29 @@ def run(ctx) -> dict:
     tf.random.set_seed(seed)
     text_fields, label_field = spec.data.text_fields, spec.data.label_field
     seq, batch_size, train_steps = spec.max_seq_length, spec.batch_size, spec.train_steps
+    kind, metric_names = spec.data.task_kind(), spec.data.scored_by()
+    regression = kind.regression
+
+    def read(path: str):
+        return load_examples(path, text_fields, label_field, columns=spec.data.columns,
+                             numeric_labels=regression)
 
     tokenizer = load_tokenizer(inputs["vocab_dir"])
     train_file = _one_file(inputs["train_file"])
-    train = load_examples(train_file, text_fields, label_field)
+    train = read(train_file)
     if not train:
         raise DataFileError(train_file, 0, "no training examples",
                             "the train file has a header but no rows")
-    labels = list(spec.data.labels or labels_of(train))
+    labels = [] if regression else list(spec.data.labels or labels_of(train))
     dev_files = {name: _one_file(path) for name, path in _dev_sets(inputs).items()}
     task = seqio_tasks.register_classification_task(
-        spec.task or "finetune", train_file, dev_files, text_fields, label_field, labels,
-        inputs["vocab_dir"], seq)
+        spec.task or "finetune", train_file, dev_files, text_fields, label_field,
+        None if regression else labels, inputs["vocab_dir"], seq, columns=spec.data.columns,
+        regression=regression)
     dev_sets = {}
     for name, path in dev_files.items():
-        dev = load_examples(path, text_fields, label_field)
-        unknown = sorted({ex[1] for ex in dev} - set(labels))
+        dev = read(path)
+        unknown = [] if regression else sorted({ex[1] for ex in dev} - set(labels))
         if unknown:  # before any training: they could never be scored right
             raise DataFileError(
                 path, 0, f"dev set {name!r} has labels the model is never trained on: "
@@ -173,17 +218,18 @@ def run(ctx) -> dict:
     strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
     xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
     with strategy.scope():
-        model = BertClassifier(config, num_labels=len(labels),
+        model = BertClassifier(config, num_labels=1 if regression else len(labels),
                                compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla,
-                               recompute=spec.recompute)
+                               recompute=spec.recompute, regression=regression)
         optimizer = optimizer_from_spec(spec.optimization(), train_steps, config.hidden_size)
     trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
-                      metrics_fn=classification_metrics, progress=ctx.progress,
-                      on_checkpoint=ctx.sync)
+                      metrics_fn=regression_metrics if regression else classification_metrics,
+                      progress=ctx.progress, on_checkpoint=ctx.sync)
     start = _start_encoder(ctx, model, trainer)
     ctx.progress(f"encoder from {start}; {len(train)} train examples, dev sets "
                  + ", ".join(f"{n} ({len(d)})" for n, (d, _) in dev_sets.items())
-                 + f"; {len(labels)} labels")
+                 + ("; a regression" if regression else f"; {len(labels)} labels")
+                 + f", scored by {', '.join(metric_names)}")
 
     def make_dataset(skip_batches: int) -> PerHostDataset:
         def host_dataset(context: tf.distribute.InputContext):
@@ -205,25 +251,26 @@ def run(ctx) -> dict:
         draw_stage_curves(ctx, sync=True)
         raise
 
-    majority_label = collections.Counter(label for _, label in train).most_common(1)[0][0]
+    majority_label = None if regression else \
+        collections.Counter(label for _, label in train).most_common(1)[0][0]
     scores = {}
     for name, (dev, dev_arrays) in dev_sets.items():
-        scores[name], rows = _score(model, dev, dev_arrays, labels, batch_size, majority_label)
+        scores[name], rows = _score(model, dev, dev_arrays, labels, batch_size, majority_label,
+                                    metric_names)
         with open(os.path.join(ctx.work_dir, predictions_file(name)), "w",
                   encoding="utf-8") as f:
             f.write("\t".join(["label", "prediction", "probability", *text_fields]) + "\n")
             for label, prediction, probability, texts in rows:
                 f.write("\t".join([label, prediction, probability,
                                    *(_clean(t) for t in texts)]) + "\n")
-        ctx.progress(f"dev set {name}: accuracy {scores[name]['accuracy']:.4f} (majority "
-                     f"baseline {scores[name]['majority_baseline']:.4f}, "
-                     f"{scores[name]['examples']} examples)")
+        ctx.progress(f"dev set {name}: {_describe(scores[name])}")
     first = scores[next(iter(scores))]
     summary = {
-        "accuracy": first["accuracy"],
-        "majority_baseline": first["majority_baseline"],
+        **{k: v for k, v in first.items() if k != "examples"},
+        "kind": kind.name,
+        "metrics": list(metric_names),
         "dev_sets": scores,
-        "num_labels": len(labels),
+        "num_labels": model.num_labels,
         "dev_examples": sum(s["examples"] for s in scores.values()),
         "train_examples": len(train),
         "step": result["step"],

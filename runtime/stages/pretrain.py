@@ -40,6 +40,10 @@ from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
 # Examples per in-training held-out evaluation (eval_every), split between a mixture's
 # members with a validation split.
 EVAL_EXAMPLES = 2048
+# The parts of the pretrainer a Hugging Face directory may lack, by variable prefix.
+_HUGGINGFACE_PARTS = (("bert/pooler/", "the pooler"),
+                      ("cls/predictions/", "the masked-LM head"),
+                      ("cls/seq_relationship/", "the next-sentence head"))
 
 
 def loop_config(spec: TrainSpec) -> TrainLoopConfig:
@@ -115,12 +119,23 @@ def run(ctx) -> dict:
                         else "weights, with a fresh optimizer (new moments and warmup)"))
     if spec.init_checkpoint and not has_checkpoint:
         # Only a fresh run starts from init_checkpoint; a resumed one has its own weights.
-        report = checkpoints.load_google_checkpoint(model.google_variables(),
-                                                    spec.init_checkpoint)
+        # A Google checkpoint prefix, or a Hugging Face directory (config.json checked).
+        # The local copy of a gs:// checkpoint or directory where the storage layer made one
+        # (TensorFlow's own gs:// reader ignores the emulator and the listed versions).
+        local = inputs.get("init_checkpoint") or spec.init_checkpoint
+        report = checkpoints.load_init_checkpoint(
+            model.google_variables(), local[0] if isinstance(local, list) else local, config)
         init_report = {"loaded": len(report.loaded), "missing": list(report.missing),
-                       "unused": list(report.unused)}
+                       "unused": list(report.unused), "source": report.source}
         ctx.progress(f"init_checkpoint {spec.init_checkpoint}: {len(report.loaded)} variables "
                      f"loaded, {len(report.missing)} missing, {len(report.unused)} unused")
+        fresh = [part for prefix, part in _HUGGINGFACE_PARTS
+                 if any(n.startswith(prefix) for n in report.missing)]
+        if report.source == "huggingface" and fresh:
+            # A BertModel directory (AutoModel) has no heads, a BertForMaskedLM one no pooler
+            # and no next-sentence head.
+            ctx.progress(f"init_checkpoint {spec.init_checkpoint} is a Hugging Face model "
+                         f"without {' and '.join(fresh)}: they start fresh")
         for name in report.missing:
             ctx.progress(f"  missing (left at its initial value): {name}")
         for name in report.unused:

@@ -167,3 +167,38 @@ def test_a_train_file_with_one_label_is_refused(write, release):
     text = errors_of(path, [f"sst/classification_task.train_file = '{write.dir}/one.tsv'"])
     assert "every example has the label 'pos': nothing to classify" in text
     assert "check label_field ('label')" in text
+
+
+def test_a_regression_task_is_planned_with_its_kind_and_metrics(write, release):
+    write("sts.tsv", "label\tsentence\n0.5\tgood\n4.0\tbad\n")
+    path = _experiment(write, release, f"""sst/classification_task.train_file = '{write.dir}/sts.tsv'
+sst/classification_task.dev_files = {{'dev': '{write.dir}/sts.tsv'}}
+sst/classification_task.kind = 'regression'
+""")
+    ft = compile_experiment([path]).plan.stage("finetune.sst")
+    assert ft.params["kind"] == "regression" and "metrics" not in ft.params
+    assert "columns" not in ft.params  # unset settings stay out of the plan
+
+
+def test_kind_and_metrics_mistakes_are_caught_in_the_dry_run(write, release):
+    text = errors_of(_experiment(write, release, """sst/classification_task.kind = 'sentence_pair'
+sst/classification_task.metrics = ['accuracy', 'pearson']
+"""))
+    assert "e.gin:9: error: sst: kind 'sentence_pair' takes 2 text fields, but text_fields " \
+           "is ['sentence']" in text
+    assert "e.gin:10: error: sst: 'pearson' cannot score a sentence_pair task" in text
+    assert "hint: a sentence_pair task is scored by any of accuracy, f1, mcc" in text
+    text = errors_of(_experiment(write, release, """sst/classification_task.labels = ['a', 'b', 'c']
+sst/classification_task.metrics = ['f1']
+"""))
+    assert "error: sst: f1 scores the positive class of a binary task, but it has 3 labels" \
+        in text
+
+
+def test_a_regression_label_that_is_no_number_is_named_at_its_line(write, release):
+    write("sts.tsv", "label\tsentence\n0.5\tgood\nhigh\tbad\n")
+    text = errors_of(_experiment(write, release, f"""sst/classification_task.kind = 'regression'
+sst/classification_task.train_file = '{write.dir}/sts.tsv'
+"""))
+    assert f"{write.dir}/sts.tsv:3: error: the label 'high' (label) is not a number" in text
+    assert "hint: a regression task's labels are numbers" in text

@@ -63,6 +63,29 @@ FINETUNE_TASK = 'sst'
 sst/classification_task.train_file = '{tsv}'
 sst/classification_task.dev_file = '{tsv}'
 """)
+    # A regression read from a TSV without a header (its columns declared), with its metrics.
+    scores = d / "scores.tsv"
+    scores.write_text("a\tgood\tbad\t0.5\nb\tbad\tbad\t4.0\n")
+    kinds = d / "kinds.gin"
+    kinds.write_text(finetune_only.read_text().replace("out2", "out3") + f"""
+FINETUNE_TASK = 'sts'
+sts/classification_task.train_file = '{scores}'
+sts/classification_task.dev_file = '{scores}'
+sts/classification_task.kind = 'regression'
+sts/classification_task.metrics = ['pearson']
+sts/classification_task.columns = ['id', 'sentence1', 'sentence2', 'score']
+sts/classification_task.text_fields = ['sentence1', 'sentence2']
+sts/classification_task.label_field = 'score'
+""")
+    # A downstream suite of GLUE tasks: one finetune stage each, then the suite stage.
+    from glue_files import write_glue_dir
+
+    suite = d / "suite.gin"
+    suite.write_text(finetune_only.read_text().replace("out2", "out4") + f"""
+FINETUNE_TASK = None
+GLUE_DIR = '{write_glue_dir(d / "glue", ["rte", "stsb"])}'
+FINETUNE_SUITE = ['rte', 'stsb']
+""")
     # seqio sources: a user's module registering a task, a prepared TFDS dataset's files.
     (d / "my_tasks.py").write_text("import seqio\n")
     prepared = d / "tfds" / "docs" / "1.0.0"
@@ -85,7 +108,7 @@ pretrain/bert_pretraining_task.tfds_data_dir = '{d}/tfds'
 pretrain/bert_pretraining_task.validation_split = 'test'
 """)
     files = [os.path.join(REPO, "gin", "quickstart.gin"), str(mixture), str(adopted),
-             str(finetune_only), str(seqio_docs), str(tfds),
+             str(finetune_only), str(kinds), str(suite), str(seqio_docs), str(tfds),
              *sorted(glob.glob(os.path.join(REPO, "gin/experiments/*.gin")))]
     return [compile_experiment([f]).plan for f in files]
 

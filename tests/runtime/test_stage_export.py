@@ -48,7 +48,7 @@ def _inputs(seed=0, batch=3, seq=9):
 def test_files_summary_and_readme(exported):
     out, summary, _, messages = exported
     assert {"encoder", "preprocessing", "vocab.txt", "bert_config.json", "README.md",
-            "bert_model.ckpt.index"} <= set(os.listdir(out))
+            "bert_model.ckpt.index", "huggingface"} <= set(os.listdir(out))
     assert "classifier" not in os.listdir(out)
     assert summary["step"] == 7 and summary["parameters"] > 0
     assert summary["seq_length"] == SEQ and summary["vocab_type"] == "wordpiece"
@@ -60,10 +60,14 @@ def test_files_summary_and_readme(exported):
         readme = f.read()
     for text in ("`do_lower_case = True`", "WordPiece", "hub.KerasLayer(\"encoder\"",
                  "tf.saved_model.load(\"preprocessing\")", "--max_seq_length=32",
-                 "convert_bert_original_tf_checkpoint_to_pytorch", "from_tf=True",
-                 "BertTokenizer(\"vocab.txt\", do_lower_case=True)", "`encoder/`",
-                 "`bert_model.ckpt.*`"):
+                 "pipeline(\"fill-mask\", model=\"huggingface\")",
+                 "AutoModel.from_pretrained(\"huggingface\")", "hf upload", "`encoder/`",
+                 "`huggingface/`", "`bert_model.ckpt.*`"):
         assert text in readme, text
+    # The conversion recipes for transformers the export replaces (huggingface/ is tested
+    # with transformers itself: test_export_huggingface.py).
+    for text in ("convert_bert_original_tf_checkpoint_to_pytorch", "from_tf=True"):
+        assert text not in readme, text
 
 
 def test_encoder_answers_tf_hub_inputs_like_the_model(exported):
@@ -161,10 +165,10 @@ def test_google_checkpoint_runs_in_google_research_bert(exported):
 
 
 def test_tf_hub_keras_layer_fine_tunes_the_encoder(exported):
-    """hub.KerasLayer over both SavedModels, the encoder trainable (runs where tensorflow_hub
-    and tf_keras are installed; neither is a runexp dependency)."""
-    hub = pytest.importorskip("tensorflow_hub")
-    keras = pytest.importorskip("tf_keras")
+    """hub.KerasLayer over both SavedModels, the encoder trainable (tensorflow_hub and tf_keras
+    are in the test extra, not runexp dependencies: a failing import fails the test)."""
+    import tensorflow_hub as hub
+    import tf_keras as keras
     out, _, _, _ = exported
     text = keras.layers.Input(shape=(), dtype=tf.string)
     encoder = hub.KerasLayer(os.path.join(out, "encoder"), trainable=True)
