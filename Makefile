@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.runexp-installed
 
-.PHONY: install run dry_run test clean
+.PHONY: install run dry_run test test-fast lint clean
 
 $(STAMP): setup.cfg pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,16 @@ run: $(STAMP)
 dry_run: $(STAMP)
 	$(BIN)/runexp --gin_file=quickstart.gin --dry_run || test $$? -eq 2
 
-test: $(STAMP)
+# The README's and CI's command: the linter, then every test (slow end-to-end ones included).
+test: $(STAMP) lint
 	$(BIN)/python -m pytest
+
+# The inner loop: every test but the slow end-to-end ones (marked `slow`).
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -m "not slow" -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check compiler tasks runtime tests bench
 
 clean:
 	rm -rf runexp_output .pytest_cache
