@@ -21,7 +21,8 @@ Dynamic masking (RoBERTa). A split the preprocess stage left unmasked (``masking
 records carry ``word_starts``) is masked by a preprocessor after the
 ``CacheDatasetPlaceholder``: example ``i`` of the task's stream (after the cache read and the
 repeat of ``num_epochs``, before the shuffle buffer) gets its mask from the stateless seed
-pair ``[key, i]`` (tasks/dynamic_masking.py); ``key`` is drawn by seqio's own seeded-map
+pair ``[key, i]`` (tasks/dynamic_masking.py; a stream read by position gives ``i`` as the
+feature ``STREAM_POSITION``); ``key`` is drawn by seqio's own seeded-map
 machinery from ``get_dataset``'s ``seed`` (and TensorFlow's global seed, which the pretrain
 stage sets), mixed with a hash of the task's ``random_seed`` and name, so the members of a
 mixture draw differently. The same seed gives the same masks at the same positions: a resumed
@@ -70,6 +71,9 @@ _TOKEN_FEATURES = ("input_ids", "masked_lm_ids")  # features whose values are vo
 _SHUFFLE_BUFFER = 10_000
 _MASK_BATCH = 256  # examples the dynamic masking preprocessor masks at once
 PLAN_FILE = "plan.json"
+# An int64 feature a stream read by position gives each example: its position in the task's
+# stream, what dynamic masking keys its mask with (removed by the masking).
+STREAM_POSITION = "stream_position"
 
 
 def add_cache_root(cache_root: str) -> None:
@@ -137,7 +141,16 @@ def dynamic_masking(task: str, masking_spec: Callable[[], Optional[dict]]):
         def with_seed(position, example):
             return example, tf.stack([key, position])
 
-        ds = dataset.enumerate().map(with_seed, num_parallel_calls=tf.data.AUTOTUNE)
+        def with_own_seed(example):
+            example = dict(example)
+            return example, tf.stack([key, example.pop(STREAM_POSITION)])
+
+        if STREAM_POSITION in dataset.element_spec:
+            # A stream read by position (runtime/pretraining_data.py): each example says where
+            # it is in the task's stream, so no count from the start is needed.
+            ds = dataset.map(with_own_seed, num_parallel_calls=tf.data.AUTOTUNE)
+        else:
+            ds = dataset.enumerate().map(with_seed, num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(_MASK_BATCH).map(lambda ex, seeds: mask_batch(ex, seeds, config),
                                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         return ds.unbatch()

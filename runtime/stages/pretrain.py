@@ -18,7 +18,9 @@ next step and raises ``preemption.Preempted``.
 Data: the tasks the input stage directories cache, read through seqio
 (runtime/pretraining_data.py); each input host reads its own share
 (``seqio.ShardInfo(host, hosts)``, runtime/distributed.py ``PerHostDataset``) at the
-per-replica batch size.
+per-replica batch size. A resume starts the stream at the position consumed without reading
+what came before; ``data_stream.json`` records the stream's version, and a run started with
+an older one resumes with it.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ import seqio
 import tensorflow as tf
 
 from runexp.compiler.specs import TrainSpec
-from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
-from runexp.runtime.distributed import PerHostDataset
+from runexp.runtime import checkpoints, cluster, pretraining_data, strategy as strategy_lib
+from runexp.runtime.distributed import PerHostDataset, broadcast_from_first_replica
 from runexp.runtime.bert_config import BertConfig, check_vocab, write_bert_config
 from runexp.runtime.model import BertPretrainer, count_parameters
 from runexp.runtime.optimizer import optimizer_from_spec
@@ -68,6 +70,19 @@ def data_sources(spec: TrainSpec, inputs) -> tuple[list[str], list[float] | None
     if set(tasks) != set(rates):
         raise ValueError(f"mixture_rates names {sorted(rates)} but data_dirs {tasks}")
     return [inputs["data_dirs"][t] for t in tasks], [float(rates[t]) for t in tasks]
+
+
+def data_stream(strategy: tf.distribute.Strategy, work_dir: str, resumed: bool) -> int:
+    """The data stream version this run reads (pretraining_data.stream_of_run); with several
+    workers the chief's, which alone sees the stage's checkpoints and file."""
+    version = pretraining_data.stream_of_run(work_dir, resumed)
+    if cluster.is_multi_worker():
+        with strategy.scope():
+            shared = tf.Variable(version, dtype=tf.int64, trainable=False,
+                                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        broadcast_from_first_replica(strategy, [shared])
+        version = int(shared.numpy())
+    return version
 
 
 def run(ctx) -> dict:
@@ -148,6 +163,12 @@ def run(ctx) -> dict:
                     if loop.grad_accum_steps > 1 else "")
                  + (f", recompute {spec.recompute}" if spec.recompute != "none" else ""))
 
+    stream = data_stream(strategy, ctx.work_dir, has_checkpoint)
+    if stream != pretraining_data.STREAM_VERSION:
+        ctx.progress(f"this run started with data stream version {stream} (seqio's sequential "
+                     "stream): it resumes with it, replaying the batches consumed; a fresh run "
+                     f"reads version {pretraining_data.STREAM_VERSION}, resumed by position")
+
     def make_dataset(skip_batches: int) -> PerHostDataset:
         def host_dataset(context: tf.distribute.InputContext):
             # This host's share of the data, at the per-replica batch size; its replicas take
@@ -159,7 +180,7 @@ def run(ctx) -> dict:
                 max_seq_length=seq, max_predictions_per_seq=preds, seed=seed, training=True,
                 skip_batches=skip_batches * replicas, rates=rates, mixture=spec.mixture,
                 shard_info=seqio.ShardInfo(context.input_pipeline_id,
-                                           context.num_input_pipelines))
+                                           context.num_input_pipelines), stream=stream)
         return PerHostDataset(host_dataset)
 
     try:
