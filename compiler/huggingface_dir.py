@@ -64,6 +64,8 @@ class HuggingFaceDir:
       vocab_lines: the vocabulary's size: vocab.txt's lines (else tokenizer.json's tokens).
       has_safetensors: model.safetensors (or its sharded index) exists.
       has_pytorch_bin: pytorch_model.bin (or its sharded index) exists.
+      unsupported: what config.json sets that runexp's BERT does not compute (another
+        layer-norm epsilon, relative positions, a decoder...), one phrase each.
     """
 
     path: str
@@ -86,6 +88,7 @@ class HuggingFaceDir:
     vocab_lines: int
     has_safetensors: bool
     has_pytorch_bin: bool
+    unsupported: tuple[str, ...] = ()
 
 
 # transformers' BertConfig defaults: a config.json may leave out what equals them.
@@ -162,7 +165,34 @@ def read_huggingface_dir(path: str, *, read_text: Callable[[str], str] = _read_l
         max_position_embeddings=int(values["max_position_embeddings"]),
         type_vocab_size=int(values["type_vocab_size"]), vocab_size=vocab_size,
         layer_norm_eps=float(values["layer_norm_eps"]),
-        has_safetensors=has_safetensors, has_pytorch_bin=has_pytorch_bin, **tokenizer)
+        has_safetensors=has_safetensors, has_pytorch_bin=has_pytorch_bin,
+        unsupported=tuple(unsupported_settings(config)), **tokenizer)
+
+
+# runtime/layers.py's LayerNorm epsilon (google-research/bert's;
+# tests/runtime/test_export_huggingface.py checks they agree).
+LAYER_NORM_EPS = 1e-12
+
+
+def unsupported_settings(config: dict) -> list[str]:
+    """What a BERT config.json sets, beyond the model's shape and activation, that runexp's
+    encoder does not compute: one phrase each ([] when it computes the same function)."""
+    problems = []
+    eps = float(config.get("layer_norm_eps", LAYER_NORM_EPS))
+    if abs(eps - LAYER_NORM_EPS) > 1e-15:
+        problems.append(f"layer_norm_eps is {eps:g}; runexp's LayerNorm uses "
+                        f"{LAYER_NORM_EPS:g}")
+    position = config.get("position_embedding_type", "absolute")
+    if position != "absolute":
+        problems.append(f"position_embedding_type is {position!r}; runexp has absolute "
+                        "position embeddings only")
+    if config.get("is_decoder") or config.get("add_cross_attention"):
+        problems.append("it is a decoder (is_decoder / add_cross_attention); runexp's BERT "
+                        "is an encoder")
+    if not config.get("tie_word_embeddings", True):
+        problems.append("tie_word_embeddings is false; runexp's masked-LM decoder is the "
+                        "word embeddings")
+    return problems
 
 
 def _json(uri: str, read_text, exists, missing_hint: str = "") -> dict:

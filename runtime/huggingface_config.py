@@ -17,15 +17,12 @@ from __future__ import annotations
 from typing import Mapping, Optional, Sequence
 
 from runexp.compiler.huggingface_dir import (  # noqa: F401 - one name table, re-exported
-    CONFIG_FILE, HUGGINGFACE_ACTIVATION, RUNEXP_ACTIVATION, WEIGHTS_FILE)
+    CONFIG_FILE, HUGGINGFACE_ACTIVATION, LAYER_NORM_EPS, RUNEXP_ACTIVATION, WEIGHTS_FILE,
+    unsupported_settings)
 from runexp.runtime.bert_config import BertConfig
 
 PRETRAINING = "BertForPreTraining"
 SEQUENCE_CLASSIFICATION = "BertForSequenceClassification"
-
-# runtime/layers.py's LayerNorm epsilon (google-research/bert's); kept here so this module
-# needs no TensorFlow (tests/runtime/test_export_huggingface.py checks they agree).
-LAYER_NORM_EPS = 1e-12
 
 # BertConfig fields written as they are (transformers spells them as Google does).
 _SHARED_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -98,20 +95,7 @@ def config_problems(hf: Mapping, model: BertConfig) -> list[str]:
             RUNEXP_ACTIVATION[act]]:
         problems.append(f"hidden_act: the checkpoint's {act!r} is runexp's "
                         f"{RUNEXP_ACTIVATION[act]!r}, the model's is {model.hidden_act!r}")
-    eps = float(hf.get("layer_norm_eps", 1e-12))
-    if abs(eps - LAYER_NORM_EPS) > 1e-15:
-        problems.append(f"layer_norm_eps is {eps:g}; runexp's LayerNorm uses "
-                        f"{LAYER_NORM_EPS:g}")
-    position = hf.get("position_embedding_type", "absolute")
-    if position != "absolute":
-        problems.append(f"position_embedding_type is {position!r}; runexp has absolute "
-                        "position embeddings only")
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        problems.append("it is a decoder (is_decoder / add_cross_attention); runexp's BERT "
-                        "is an encoder")
-    if not hf.get("tie_word_embeddings", True):
-        problems.append("tie_word_embeddings is false; runexp's masked-LM decoder is the "
-                        "word embeddings")
+    problems += unsupported_settings(hf)
     fields = runexp_model_fields(hf)
     for name in _COMPUTE_FIELDS:
         if name != "hidden_act" and name in fields and fields[name] != getattr(model, name):

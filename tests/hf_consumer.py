@@ -13,6 +13,8 @@ numbers, so what is tested is what transformers itself makes of a directory:
         has no tokenizer (a copy the test owns: the export's own files come from runexp)
     python hf_consumer.py readme EXPORT_DIR
         runs the python blocks of the README's Hugging Face section in EXPORT_DIR
+    python hf_consumer.py tokenize DIR LINES.json OUT.json
+        AutoTokenizer's ids of each line (no special tokens added), and its special ids
     python hf_consumer.py activations OUT.npz NAME...
         transformers' ACT2FN[NAME] over [-6, 6] (2001 points), float32
     python hf_consumer.py random-bert OUT_DIR CONFIG.json SEED
@@ -103,6 +105,16 @@ def readme(export_dir):
         exec(compile(block, "README.md", "exec"), {})
 
 
+def tokenize(model_dir, lines_path, out_path):
+    tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
+    with open(lines_path, encoding="utf-8") as f:
+        lines = json.load(f)
+    ids = tokenizer(lines, add_special_tokens=False)["input_ids"]
+    with open(out_path, "w") as f:
+        json.dump({"ids": ids, "class": type(tokenizer).__name__,
+                   "cls_sep": [tokenizer.cls_token_id, tokenizer.sep_token_id]}, f)
+
+
 def activations(out_path, *names):
     from transformers.activations import ACT2FN
 
@@ -128,7 +140,7 @@ def random_bert(out_dir, config_path, seed):
 if __name__ == "__main__":
     torch.set_num_threads(1)
     command, *args = sys.argv[1:]
-    {"outputs": outputs, "pipelines": pipelines, "readme": readme,
+    {"outputs": outputs, "pipelines": pipelines, "readme": readme, "tokenize": tokenize,
      "activations": activations, "random-bert": random_bert}[command](*args)
     leaked = sorted(m for m in sys.modules if m == "runexp" or m.startswith("runexp."))
     assert not leaked, f"the consumer imported runexp: {leaked}"

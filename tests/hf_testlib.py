@@ -42,3 +42,56 @@ def max_diff(a, b) -> float:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     assert a.shape == b.shape, (a.shape, b.shape)
     return float(np.max(np.abs(a - b)))
+
+
+def check_export_against_runexp(root: str, lines: list, work_dir: str,
+                                tolerance: float = 1e-4) -> dict:
+    """A finished experiment's export/huggingface/ read by transformers alone, against
+    runexp's own: AutoTokenizer's ids of ``lines`` against runexp's tokenizer (every line),
+    AutoModel's hidden states and pooled output against the encoder SavedModel, and (after a
+    fine-tune) AutoModelForSequenceClassification's logits against the classifier SavedModel,
+    on the lines packed by the export's preprocessing SavedModel. Returns the figures."""
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - the preprocessing SavedModel's ops
+
+    from runexp.tasks.tokenizer import load_tokenizer
+
+    export, hf = os.path.join(root, "export"), os.path.join(root, "export", "huggingface")
+    os.makedirs(work_dir, exist_ok=True)
+    lines_path, ids_path = os.path.join(work_dir, "lines.json"), os.path.join(work_dir,
+                                                                              "ids.json")
+    with open(lines_path, "w", encoding="utf-8") as f:
+        json.dump(lines, f)
+    run_consumer("tokenize", hf, lines_path, ids_path)
+    with open(ids_path) as f:
+        theirs = json.load(f)["ids"]
+    ours = load_tokenizer(os.path.join(root, "vocab"))
+    equal = sum(ours.encode(line) == ids for line, ids in zip(lines, theirs))
+    figures = {"lines": len(lines), "equal_lines": equal}
+
+    preprocess = tf.saved_model.load(os.path.join(export, "preprocessing"))
+    packed = {k: v.numpy() for k, v in preprocess(tf.constant(lines)).items()}
+    inputs = {"input_ids": packed["input_word_ids"], "attention_mask": packed["input_mask"],
+              "token_type_ids": packed["input_type_ids"]}
+    classes = ["AutoModel"]
+    classifier_dir = os.path.join(export, "classifier")
+    if os.path.isdir(classifier_dir):
+        classes.append("AutoModelForSequenceClassification")
+    got, loading = transformers_outputs(hf, inputs, os.path.join(work_dir, "out"), *classes)
+    assert all(not info["missing_keys"] for info in loading.values()), loading
+    encoded = tf.saved_model.load(os.path.join(export, "encoder"))(packed)
+    figures["last_hidden_state"] = max_diff(got["AutoModel.last_hidden_state"],
+                                            encoded["sequence_output"].numpy())
+    figures["pooler_output"] = max_diff(got["AutoModel.pooler_output"],
+                                        encoded["pooled_output"].numpy())
+    if len(classes) == 2:
+        logits = tf.saved_model.load(classifier_dir).signatures["classify_ids"](
+            **{k: tf.constant(v) for k, v in packed.items()})["logits"].numpy()
+        figures["classifier_logits"] = max_diff(
+            got["AutoModelForSequenceClassification.logits"], logits)
+    print(f"\nHugging Face export of {root}: " + ", ".join(
+        f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}" for k, v in figures.items()))
+    assert equal == len(lines), f"{len(lines) - equal} of {len(lines)} lines tokenise apart"
+    diffs = {k: v for k, v in figures.items() if isinstance(v, float)}
+    assert all(v < tolerance for v in diffs.values()), diffs
+    return figures

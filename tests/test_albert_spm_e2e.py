@@ -124,3 +124,15 @@ def test_exports_give_the_ids_runexp_trained_on(finished):
 
     readme = open(os.path.join(out, "README.md"), encoding="utf-8").read()
     assert "`[PAD]` 0, `[UNK]` 1, `[CLS]` 2, `[SEP]` 3, `[MASK]` 4" in readme
+
+
+@pytest.mark.slow
+def test_huggingface_export_reproduces_runexp(finished, tmp_path):
+    """The SentencePiece (ALBERT-layout) export's huggingface/: AutoTokenizer's ids equal
+    runexp's on held-out lines, the encoder and classifier outputs within 1e-4."""
+    from hf_testlib import check_export_against_runexp
+
+    root, _, _ = finished
+    lines = [line for line in corpus_lines(step=8, start=5) if line.strip()][:300]
+    figures = check_export_against_runexp(root, lines, str(tmp_path))
+    assert figures["equal_lines"] == len(lines) == 300

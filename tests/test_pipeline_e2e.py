@@ -269,3 +269,18 @@ def test_wall_time_budget_stops_with_a_checkpoint_and_exit_code_124(finished):
     assert latest >= before
     assert f"at step {latest}; latest checkpoint: " in proc.stderr
     assert f"ckpt-{latest}" in proc.stderr
+
+
+@pytest.mark.slow
+def test_huggingface_export_reproduces_runexp_on_held_out_text(finished, tmp_path):
+    """export/huggingface/ in a process with only transformers and torch: AutoTokenizer's ids
+    equal runexp's on every held-out line; the encoder's and the classifier's outputs equal
+    the TF SavedModels' within 1e-4 (tests/hf_testlib.py)."""
+    from hf_testlib import check_export_against_runexp
+
+    root, _ = finished
+    with open(os.path.join(root, "corpus", "heldout.txt"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()][:300]
+    figures = check_export_against_runexp(root, lines, str(tmp_path))
+    assert figures["equal_lines"] == len(lines) == 300
+    assert "classifier_logits" in figures

@@ -138,6 +138,11 @@ def _huggingface_fields(ctx: PlanContext, record: HuggingFaceDir, lower: Optiona
                         location: Optional[Location]) -> dict:
     """The model fields a Hugging Face directory pins down; its tokenizer checked against
     the experiment's casing (runexp tokenises as google-research/bert's FullTokenizer)."""
+    for problem in record.unsupported:
+        ctx.c.error(f"init_checkpoint {record.path} computes something runexp's BERT does "
+                    f"not: {problem} ({record.path}/config.json)", location,
+                    hint="give a BERT directory with google-research/bert's computation "
+                         "(absolute positions, layer-norm epsilon 1e-12, an encoder)")
     where = f"{record.path}/{TOKENIZER_CONFIG_FILE}"
     if lower is not None and lower != record.do_lower_case:
         ctx.c.error(f"DO_LOWER_CASE is {lower} but the tokenizer of init_checkpoint "

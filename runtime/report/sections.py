@@ -347,6 +347,8 @@ _ARTIFACT_NOTES = {
     "bert_config": "the model's shape, google-research/bert's format",
     "vocab": "BERT vocab, one token per line (ids = line numbers)",
     "spm": "the SentencePiece model: the vocabulary (ALBERT-style; no vocab.txt)",
+    "huggingface": "a transformers BERT directory (config.json, model.safetensors, "
+                   "tokenizer files): AutoModel.from_pretrained reads it",
 }
 
 
@@ -354,6 +356,7 @@ def _snippets(r: Report, sr: StageReport, reader: RootReader) -> str:
     d = sr.dir
     join = reader.join
     has_spm = any(rel == "spm.model" for rel, _ in reader.files(d))
+    has_hf = any(rel.startswith("huggingface/") for rel, _ in reader.files(d))
     finetunes, pretrains = r.by_kind("finetune"), r.by_kind("pretrain")
     seq = (FinetuneSpec.from_stage(finetunes[0].stage).max_seq_length if finetunes else
            TrainSpec.from_stage(pretrains[-1].stage).max_seq_length if pretrains else 128)
@@ -384,6 +387,11 @@ include 'runs/finetune.gin'
 VOCAB = '{join(d, 'spm.model' if has_spm else 'vocab.txt')}'
 INIT_CHECKPOINT = '{join(d, 'bert_model.ckpt')}'
 # ... and the model size's gin file, OUTPUT_ROOT and FINETUNE_TASK'''
+    hugging_face = f'''# Hugging Face transformers (PyTorch); publish with `hf upload <you>/<model> DIR`
+from transformers import AutoModel, AutoTokenizer
+tokenizer = AutoTokenizer.from_pretrained("{join(d, 'huggingface')}")
+model = AutoModel.from_pretrained("{join(d, 'huggingface')}")
+outputs = model(**tokenizer(["Return the value of the key."], return_tensors="pt"))'''
     spm_note = ("<p class='note'>This vocabulary is a SentencePiece model "
                 "(<code>spm.model</code>, ALBERT-style): google-research/bert's own "
                 "run_classifier.py reads WordPiece vocab.txt files only; ALBERT's scripts "
@@ -393,7 +401,9 @@ INIT_CHECKPOINT = '{join(d, 'bert_model.ckpt')}'
             "more):</p>"
             f"<pre>{esc(saved)}</pre><p>The checkpoint in Google's BERT layout, with "
             f"<code>bert_config.json</code> and the vocabulary:</p><pre>{esc(google)}"
-            f"</pre>{spm_note}<pre>{esc(again)}</pre>")
+            f"</pre>{spm_note}<pre>{esc(again)}</pre>"
+            + ("<p>For Hugging Face transformers (the same numbers as the SavedModels, "
+               f"tested):</p><pre>{esc(hugging_face)}</pre>" if has_hf else ""))
 
 
 def _section_tensorboard(r: Report) -> str:

@@ -17,7 +17,7 @@ from runexp.compiler.planner import compile_experiment
 
 # models/bert_tiny.gin's encoder.
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=512, max_position_embeddings=512)
+            intermediate_size=512, max_position_embeddings=512, layer_norm_eps=1e-12)
 TOKENS = (["[PAD]"] + [f"[unused{i}]" for i in range(4)]
           + ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
           + "the a of to and is in it for value return list string name file".split()
@@ -153,3 +153,13 @@ def test_a_directory_on_gcs_is_listed_and_read(cased_dir, tmp_path, gcs_prefix):
     assert pretrain.params["model"]["hidden_act"] == "gelu_exact"
     listed = pretrain.input_objects[remote]
     assert sorted(u.rsplit("/", 1)[1] for u in listed) == sorted(os.listdir(cased_dir))
+
+
+def test_a_directory_that_computes_otherwise_is_an_error_before_anything_runs(tmp_path):
+    """Another layer-norm epsilon loads without error in any converter and gives other
+    numbers: the dry run refuses it, naming the setting."""
+    other = save_bert_dir(tmp_path, vocab=TOKENS, name="eps", **{**TINY, "layer_norm_eps": 1e-7})
+    run = _cli(f"--gin_file={_experiment(tmp_path, other)}", "--dry_run")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert (f"init_checkpoint {other} computes something runexp's BERT does not: "
+            "layer_norm_eps is 1e-07; runexp's LayerNorm uses 1e-12") in run.stderr
