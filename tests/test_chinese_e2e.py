@@ -74,3 +74,18 @@ def test_dry_run_then_preprocess_masks_jieba_words_whole(experiment):
         counts = check_whole_words(features, reference)
         assert counts["split"] == 0 and counts["checked"] > 0.8 * len(features), counts
         assert counts["chinese_words"] > least, counts
+
+
+@pytest.mark.slow
+def test_the_whole_run_exports_a_huggingface_directory_with_runexps_numbers(experiment):
+    """Trained to the end and exported: transformers reads export/huggingface/ with
+    AutoTokenizer's ids equal to runexp's on held-out Chinese lines, and the encoder's
+    outputs within 1e-4 of the encoder SavedModel's (tests/hf_testlib.py)."""
+    from hf_testlib import check_export_against_runexp
+
+    gin, d, lines = experiment
+    proc = runexp(gin)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    held = lines[6000:6300]
+    figures = check_export_against_runexp(str(d / "out"), held, str(d / "hf_check"))
+    assert figures["equal_lines"] == len(held) == 300
