@@ -39,7 +39,8 @@ class Preempted(Exception):
     """Training stopped on SIGTERM after writing a checkpoint at ``step``.
 
     Attributes:
-      step: the optimizer step reached (and checkpointed).
+      step: the step of the latest checkpoint, where a rerun continues: the step reached,
+        unless a deadline left no time for its checkpoint (the trainer then said so).
       checkpoint: prefix of the latest complete checkpoint (None if none was ever written).
       reason: "SIGTERM" or "deadline".
       exit_code: the process exit code the executor should return.

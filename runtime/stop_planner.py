@@ -21,7 +21,13 @@ The rule:
 - stop when not even one step fits. The first call (tracing and compiling) runs one step,
   and so does the second, which times a steady step: nothing measured can bound it but the
   first call, which tracing makes many times longer than a step (seconds to minutes), so
-  that one step is taken whenever anything is spare, with the margin as its cover.
+  that one step is taken whenever anything is spare, with the margin as its cover;
+- start a checkpoint only if it is expected to be complete before the deadline
+  (``checkpoint_fits``: the rest of the upload in flight, then one as slow as the slowest
+  so far; the margin is the cover for one slower than that, not a condition). A call that
+  overran (the tracing call of a run whose start-up left little time, on a busy machine)
+  can leave less: the stop then keeps the checkpoint before, complete, rather than
+  finishing a new one after the deadline.
 
 Time comes from ``clock`` (``time.time`` by default: the deadline is an absolute
 time.time()); tests pass a fake one.
@@ -31,7 +37,9 @@ Usage:
     while training:
         n = planner.next_call_steps(wanted)
         if n == 0:
-            save(); raise DeadlineReached(..., seconds_left=planner.seconds_left_at_save())
+            if planner.checkpoint_fits():
+                save()
+            raise DeadlineReached(..., seconds_left=planner.seconds_left_at_save())
         t0 = time.perf_counter(); run(n); planner.record_call(n, time.perf_counter() - t0)
 """
 
@@ -154,6 +162,12 @@ class StopPlanner:
             return 1
         step = max(max(self._step_times), 1e-9)
         return max(min(wanted, int(self.shrink * spare // step)), 0)
+
+    def checkpoint_fits(self) -> bool:
+        """Whether a checkpoint started now is expected to be complete before the deadline:
+        after the rest of the upload in flight (a save waits for it), one as slow as the
+        slowest of this run (or the assumption)."""
+        return self.seconds_left() >= self.upload_wait_s() + self.save_seconds
 
     def eval_fits(self) -> bool:
         """Whether a held-out evaluation as slow as the slowest so far still leaves the

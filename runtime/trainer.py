@@ -32,7 +32,10 @@ of a part of a batch whose totals are ``denominators``), and
 - with a ``deadline``, sizes each call so that the last checkpoint is complete before it
   (runtime/stop_planner.py: measured step and checkpoint times and a margin), then saves and
   raises ``preemption.DeadlineReached``, logging the seconds that were left
-  (``deadline_seconds_left``, also in the summary of a run that finished in time);
+  (``deadline_seconds_left``, also in the summary of a run that finished in time). A
+  checkpoint that would be complete only after the deadline (a call overran: a slow
+  start-up's tracing call on a busy machine) is not started: the stop says so and keeps the
+  one before, and the next run trains the steps since again;
 - stops on a NaN/Inf loss, naming the last good checkpoint, before saving anything bad.
 
 Usage:
@@ -295,8 +298,11 @@ class Trainer:
         planner = self._stop_planner()
         if planner is not None and planner.next_call_steps(1) == 0:
             error = DeadlineReached(start, resumed_from)  # nothing trained, nothing to save
-            self.progress(f"{error}: {planner.seconds_left():.1f} s left, not enough for "
-                          f"a step and a checkpoint with the {planner.margin_s:.1f} s margin")
+            self.progress(
+                f"wall-time budget: {planner.seconds_left():.1f} s left when training starts "
+                f"(the start-up took the rest), not enough for a step and a checkpoint "
+                f"(~{planner.save_seconds:.1f} s) with the {planner.margin_s:.1f} s margin: "
+                f"stopping without training or saving anything. {error}")
             raise error
 
         self.stop_requested.assign(False)
@@ -324,19 +330,36 @@ class Trainer:
             margin = wall_time.default_margin_s(cfg.deadline - time.time(), params)
         return StopPlanner(cfg.deadline, margin, wall_time.assumed_save_seconds(params))
 
-    def _deadline_stop_record(self, log: RunLog, planner: StopPlanner, step: int) -> float:
-        """Logs (and, on gs://, uploads) how much time was left when the last checkpoint was
-        complete; returns it."""
-        left = planner.seconds_left_at_save()
-        log.event(step, "deadline_stop", deadline_seconds_left=round(left, 2),
+    def _deadline_stop_record(self, log: RunLog, planner: StopPlanner, step: int,
+                              unsaved_steps: int) -> float | None:
+        """Logs (and, on gs://, uploads) how much time was left when the last checkpoint of
+        this run was complete (None: it wrote none); returns it. ``step``: the checkpoint's,
+        ``unsaved_steps``: the steps trained after it that no checkpoint holds."""
+        left = planner.seconds_left_at_save() if planner.last_save_done is not None else None
+        log.event(step, "deadline_stop",
+                  deadline_seconds_left=round(left, 2) if left is not None else None,
                   margin_s=round(planner.margin_s, 2),
-                  checkpoint=os.path.basename(self.manager.latest_checkpoint or ""))
+                  checkpoint=os.path.basename(self.manager.latest_checkpoint or ""),
+                  **({"unsaved_steps": unsaved_steps} if unsaved_steps else {}))
         if self.on_checkpoint is not None and planner.seconds_left() > 0:
             try:  # the checkpoint is complete already: a failure costs only this record
                 self.on_checkpoint()
             except Exception as e:  # noqa: BLE001 - reported, then the stop goes on
                 self.progress(f"the stop record was not uploaded: {e}")
         return left
+
+    def _no_time_to_save(self, planner: StopPlanner, step: int, kept: int) -> str:
+        """The line saying why the stop at ``step`` writes no checkpoint (``kept``: the step
+        a rerun continues from)."""
+        after = (f"from {os.path.basename(self.manager.latest_checkpoint)}"
+                 if self.manager.latest_checkpoint else "from the start")
+        redone = f"step {step}" if step == kept + 1 else f"steps {kept + 1}-{step}"
+        wait = planner.upload_wait_s()
+        return (f"wall-time budget: {planner.seconds_left():.1f} s left at step {step}, not "
+                f"enough to complete a checkpoint (~{planner.save_seconds:.1f} s"
+                + (f", after {wait:.1f} s of the upload in flight" if wait else "")
+                + f"): stopping without one rather than finishing it after the deadline; the "
+                f"next run continues {after} and trains {redone} again")
 
     def _next_call_steps(self, step: int) -> int:
         cfg = self.config
@@ -382,14 +405,19 @@ class Trainer:
             return saved.seconds
 
         def stop(error_cls, **kw):
-            if step != saved_step:
+            at_deadline = error_cls is DeadlineReached
+            if step != saved_step and (not at_deadline or planner.checkpoint_fits()):
                 save()
-            else:  # the checkpoint at this step is complete once uploaded
+            else:  # the checkpoint before is complete once uploaded
+                if step != saved_step:
+                    self.progress(self._no_time_to_save(planner, step, saved_step or start))
                 upload_ended(self._upload_ended(block=True))
             log.writer.flush()
-            if error_cls is DeadlineReached:
-                kw["seconds_left"] = self._deadline_stop_record(log, planner, step)
-            error = error_cls(step, self.manager.latest_checkpoint, **kw)
+            kept = saved_step if saved_step is not None else start  # where a rerun resumes
+            if at_deadline:
+                kw["seconds_left"] = self._deadline_stop_record(log, planner, kept,
+                                                                step - kept)
+            error = error_cls(kept, self.manager.latest_checkpoint, **kw)
             self.progress(str(error))
             raise error
 
@@ -467,6 +495,8 @@ class Trainer:
                     self.progress(f"step {step}: held-out evaluation skipped: it would end too "
                                   "close to the wall-time deadline")
             if step % cfg.checkpoint_every == 0 or at_end:
+                if planner is not None and not planner.checkpoint_fits():
+                    stop(DeadlineReached)  # after a call that overran: keep the one before
                 log.writer.flush()
                 # The last one is complete when train() returns; the others upload while
                 # training goes on.

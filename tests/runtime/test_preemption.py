@@ -58,7 +58,7 @@ class _Process:
         self.proc = subprocess.Popen([sys.executable, CHILD, spec], stdout=self.stdout,
                                      stderr=subprocess.STDOUT)
 
-    def wait(self, timeout=180) -> int:
+    def wait(self, timeout=600) -> int:  # only ends a hang, as _until's
         try:
             return self.proc.wait(timeout=timeout)
         finally:

@@ -129,6 +129,27 @@ def test_before_anything_is_measured():
     assert planner.seconds_left_at_save() == pytest.approx(14.0)  # no save: now
 
 
+def test_a_checkpoint_is_started_only_if_it_can_be_complete_before_the_deadline():
+    clock = Clock()
+    planner = _planner(clock, budget=100.0, margin=10.0, assumed_save=5.0)
+    planner.record_call(1, 94.0, tracing=True)  # a tracing call that overran the plan
+    clock.advance(94.0)
+    # 6 s left: no call any more, but the 5 s checkpoint still ends before the deadline
+    # (the margin is its cover, not a condition).
+    assert planner.next_call_steps(10) == 0 and planner.checkpoint_fits()
+    clock.advance(2.0)  # 4 s left: it would end after the deadline
+    assert not planner.checkpoint_fits()
+    # The rest of the upload in flight comes first: a save waits for it.
+    clock = Clock()
+    planner = _planner(clock, budget=100.0, margin=10.0, assumed_save=5.0)
+    clock.advance(91.0)
+    planner.record_upload_started()  # expected to end in 5 s
+    assert not planner.checkpoint_fits()  # 9 s left < 5 + 5
+    clock.advance(2.0)
+    planner.record_save(4.0)  # it ended: written and uploaded in 4 s
+    assert planner.checkpoint_fits()  # 7 s left >= 4 s, the slowest measured now
+
+
 def test_evaluation_is_planned_from_the_slowest_one():
     clock = Clock()
     planner = _planner(clock, budget=100.0, margin=10.0, assumed_save=5.0)

@@ -14,12 +14,14 @@ import tensorflow as tf
 
 from runtime_testlib import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
                       pretrain_params)
-from runexp.runtime import checkpoints
+from runexp.compiler import wall_time
+from runexp.runtime import checkpoints, trainer as trainer_module
 from runexp.runtime.model import BertConfig, BertPretrainer
 from runexp.compiler.specs import OptimizerSpec
 from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import DeadlineReached, PreemptionWatcher
 from runexp.runtime.stages import pretrain
+from runexp.runtime.stop_planner import StopPlanner
 from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
 
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -116,6 +118,7 @@ def test_pretrain_learns_with_lamb_and_amos(optimizer, pretrain_data, tmp_path):
         train_steps=60, log_every=20, checkpoint_every=60, optimizer=optimizer,
         learning_rate=lr, decay="polynomial", decay_power=0.5),
         {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt")))
+    assert summary["step"] == 60
     with open(tmp_path / "pt" / "train_log.jsonl") as f:
         log = [json.loads(line) for line in f]
     assert log[-1]["loss"] < log[0]["loss"] - 0.3, log
@@ -123,8 +126,8 @@ def test_pretrain_learns_with_lamb_and_amos(optimizer, pretrain_data, tmp_path):
 
 def _startup_seconds(params: dict, inputs: dict, work_dir: str) -> float:
     """Trains 3 steps into ``work_dir`` and returns how long building the model, tracing,
-    the steps and a checkpoint took: what a budget must hold before training gets going, on
-    this machine as busy as it is now. Budgets below are multiples of it."""
+    the steps and a checkpoint took, on this machine as busy as it is now: budgets below
+    are multiples of it."""
     t0 = time.monotonic()
     pretrain.run(make_ctx("pretrain", dict(params, train_steps=3), inputs, work_dir))
     return time.monotonic() - t0
@@ -135,18 +138,43 @@ def _last_record(work_dir: str) -> dict:
         return json.loads(f.read().splitlines()[-1])
 
 
-def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path):
+def _budget_after_tracing(monkeypatch, budget_s: float) -> list:
+    """Makes the trainer's stop planners take their deadline ``budget_s`` after the loop's
+    first call (tracing) ended, with the automatic margin of that budget: how long a second
+    start-up and its tracing take on a busy machine (which can be many times the first's)
+    leaves the budget whole. The run's own deadline only has to let the first call start.
+    Returns the planners made, in order."""
+    planners = []
+
+    class BudgetAfterTracing(StopPlanner):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            planners.append(self)
+
+        def record_call(self, steps, seconds, tracing=False):
+            if tracing:
+                self.deadline = self.clock() + budget_s
+                self.margin_s = wall_time.default_margin_s(budget_s, None)
+            super().record_call(steps, seconds, tracing)
+
+    monkeypatch.setattr(trainer_module, "StopPlanner", BudgetAfterTracing)
+    return planners
+
+
+def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path, monkeypatch):
     data_dir, vocab_dir = pretrain_data
     inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
     work_dir = str(tmp_path / "pt")
     params = pretrain_params(train_steps=100_000, log_every=1000, checkpoint_every=1000,
                              steps_per_loop=50)
-    deadline = time.time() + 3 * _startup_seconds(params, inputs, work_dir)
+    budget = 2 * _startup_seconds(params, inputs, work_dir)
+    planners = _budget_after_tracing(monkeypatch, budget)
     messages = []
     with pytest.raises(DeadlineReached) as info:
-        pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=deadline), inputs,
-                              work_dir, messages))
+        pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=time.time() + 3600),
+                              inputs, work_dir, messages))
     stopped_at = time.time()
+    deadline = planners[-1].deadline
     e = info.value
     assert stopped_at < deadline and e.exit_code == 124, "\n".join(messages)
     assert e.seconds_left >= deadline - stopped_at > 0  # complete before the stop returned
@@ -171,6 +199,80 @@ def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path):
     assert resumed["resumed_from"] == e.checkpoint and resumed["steps_trained"] == 3
     assert resumed["batches_consumed"] == e.step + 3
     assert resumed["loss"] is not None  # the stop record is not taken for metrics
+
+
+class FakeClock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize("left_after_first_call, checkpoint_every, saved", [
+    (3.0, 1000, False),  # the stop: less left than the 5 s checkpoint takes
+    (3.0, 1, False),  # the same at a checkpoint boundary
+    (8.0, 1000, True),  # inside the 10 s margin, but the checkpoint still ends in time
+], ids=["stop", "boundary", "within-the-margin"])
+def test_a_first_call_that_overran_never_checkpoints_after_the_deadline(
+        tmp_path, monkeypatch, left_after_first_call, checkpoint_every, saved):
+    """A slow start-up on a busy machine: the first call (tracing) ends with less time left
+    than the plan allowed. On a fake clock, that call takes all but ``left_after_first_call``
+    seconds of a 100 s budget, and a checkpoint's sync 5 s. A checkpoint that would be
+    complete only after the deadline is not started: the stop keeps ckpt-2 and says so."""
+    clock = FakeClock()
+    synced, messages = [], []  # (the latest checkpoint, when its sync ended); progress
+    config = TrainLoopConfig(train_steps=2, batch_size=8, jit_compile=False, steps_per_loop=2,
+                             log_every=1, checkpoint_every=2)
+    trainer = Trainer(tf.distribute.get_strategy(),
+                      BertPretrainer(BertConfig.from_dict(NO_DROPOUT), xla=False),
+                      optimizer_from_spec(OptimizerSpec(optimizer="adamw", learning_rate=1e-3),
+                                          100, 32),
+                      str(tmp_path / "pt"), config, pretraining_metrics,
+                      progress=messages.append,
+                      on_checkpoint=lambda: (clock.advance(5.0), synced.append(
+                          (os.path.basename(trainer.manager.latest_checkpoint), clock()))))
+    data = lambda skip: tf.data.Dataset.from_tensors(_batch(8)).repeat()  # noqa: E731
+    trainer.train(data)  # ckpt-2, before any deadline
+    synced.clear()
+    planner = StopPlanner(clock() + 100.0, margin_s=10.0, assumed_save_s=5.0, clock=clock)
+    monkeypatch.setattr(trainer, "_stop_planner", lambda: planner)
+    loop, calls = trainer._loop_fn, []
+
+    def first_call_overruns(iterator, num_steps):
+        out = loop(iterator, num_steps)
+        calls.append(int(num_steps))
+        clock.advance(100.0 - left_after_first_call if len(calls) == 1 else 0.01)
+        return out
+
+    trainer._loop_fn = first_call_overruns
+    trainer.config = dataclasses.replace(config, train_steps=100, deadline=planner.deadline,
+                                         checkpoint_every=checkpoint_every)
+    with pytest.raises(DeadlineReached) as info:
+        trainer.train(data)
+    e, log = info.value, "\n".join(messages)
+    assert calls == [1], log  # no call after it
+    checkpoints_synced = [(name, t) for name, t in synced if name != "ckpt-2"]
+    record = _last_record(str(tmp_path / "pt"))
+    assert record["event"] == "deadline_stop"
+    if saved:
+        assert (e.step, os.path.basename(e.checkpoint)) == (3, "ckpt-3")
+        assert checkpoints_synced[0] == ("ckpt-3", planner.deadline - 3.0)
+        assert e.seconds_left == pytest.approx(3.0) and "unsaved_steps" not in record
+    else:
+        # Nothing was started that would end after the deadline; ckpt-2 stays the latest.
+        assert checkpoints_synced == []
+        assert (e.step, os.path.basename(e.checkpoint)) == (2, "ckpt-2")
+        assert checkpoints.latest_checkpoint(str(tmp_path / "pt" / "checkpoints")) == \
+            e.checkpoint
+        assert e.seconds_left is None  # this run completed no checkpoint
+        assert any("not enough to complete a checkpoint" in m and "trains step 3 again" in m
+                   for m in messages), log
+        assert (record["step"], record["unsaved_steps"]) == (2, 1)
+        assert record["deadline_seconds_left"] is None
 
 
 def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path):

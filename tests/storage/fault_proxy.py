@@ -24,9 +24,21 @@ requests through untouched; a fault is used ``times`` times, then dropped.
 kills the client.
 Every request is logged in ``proxy.log`` as a (method, path, outcome) tuple whose ``key``
 attribute is the name of the object concerned, when known. ``max_in_flight`` is the most
-requests the proxy was handling at once (``reset_in_flight()`` restarts the count). The proxy
-serves one request per connection (HTTP/1.0, like the emulator), with socket timeouts, in
-daemon threads; ``stop()`` shuts it down (the fixture does).
+requests the proxy held at once, each counted from its arrival until its answer starts
+(``reset_in_flight()`` restarts the count): a client that got no answer yet still has that
+request open, so the count never exceeds what the client has open, however the threads on
+either side are scheduled (counting to the end of the proxy's handler would add a finished
+request's tail to the client's next one). A request the client gave up on (a timeout) still
+counts until the proxy answers it: where the count matters, check that nothing was retried.
+
+    barrier = proxy.gather(8, match="upload")    # hold uploads until 8 are held at once
+    ...; assert barrier.met.is_set(), barrier.most
+
+``gather`` shows concurrency without a clock: the requests it holds go on together once
+``count`` are held (or, so that a client that never sends that many is not hung, once
+``timeout`` seconds passed since the first; ``most`` then says how many came).
+The proxy serves one request per connection (HTTP/1.0, like the emulator), with socket
+timeouts, in daemon threads; ``stop()`` shuts it down (the fixture does).
 """
 
 from __future__ import annotations
@@ -94,6 +106,17 @@ def object_name(target: str, body: bytes | None) -> str | None:
     return metadata.get("name") if isinstance(metadata, dict) else None
 
 
+class Gathering:
+    """Requests ``rule`` fits, held until ``count`` are held at once (``met``) or ``timeout``
+    seconds passed since the first arrived; ``most``: the most that were held together."""
+
+    def __init__(self, count: int, match: str, timeout: float):
+        self.count, self.timeout = count, timeout
+        self.rule = Fault("gather", 0, match)
+        self.held = self.most = 0
+        self.met = threading.Event()
+
+
 class Request(tuple):
     """One logged request: (method, path, outcome), and ``key``, the object's name or None."""
 
@@ -114,6 +137,7 @@ class FaultProxy:
         self.max_in_flight = 0
         self._faults: list[Fault] = []
         self._delays: list[tuple[float, Fault]] = []
+        self._gathering: Gathering | None = None
         self._lock = threading.Lock()
         proxy = self
 
@@ -175,6 +199,29 @@ class FaultProxy:
                 self._delays.clear()
             else:
                 self._delays.append((float(seconds), Fault("latency", 0, match)))
+
+    def gather(self, count: int, match: str = "any", timeout: float = 30.0) -> Gathering:
+        """Hold the requests ``match`` fits until ``count`` of them are held at once, then let
+        them all go on (later ones pass); ``timeout`` bounds the wait for a client that never
+        sends that many (the test then reads ``most``). Replaces an earlier gathering."""
+        gathering = Gathering(count, match, timeout)
+        with self._lock:
+            self._gathering = gathering
+        return gathering
+
+    def _gather(self, method: str, target: str) -> None:
+        with self._lock:
+            gathering = self._gathering
+            if gathering is None or gathering.met.is_set() or \
+                    not gathering.rule.fits(method, target, None):
+                return
+            gathering.held += 1
+            gathering.most = max(gathering.most, gathering.held)
+            if gathering.held >= gathering.count:
+                gathering.met.set()
+        gathering.met.wait(gathering.timeout)
+        with self._lock:
+            gathering.held -= 1
 
     def reset_in_flight(self) -> None:
         with self._lock:
@@ -254,13 +301,22 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_GET
 
     def _handle(self):
+        self._answering = False
         self.owner._enter(+1)
         try:
+            self.owner._gather(self.command, self.path)
             delay = self.owner._delay(self.command, self.path)
             if delay:
                 time.sleep(delay)
             self._handle_request()
         finally:
+            self._answer_starts()
+
+    def _answer_starts(self):
+        """The request stops counting as in flight (once): from the first byte of its answer
+        the client may be done with it and send its next one."""
+        if not self._answering:
+            self._answering = True
             self.owner._enter(-1)
 
     def _handle_request(self):
@@ -323,6 +379,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(payload)
 
     def _start_reply(self, status, headers, length):
+        self._answer_starts()
         self.send_response_only(status)
         for k, v in headers:
             if k.lower() not in ("server", "date"):
@@ -333,6 +390,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _reset_now(self):
         """Close with RST (SO_LINGER 0), as a dropped connection looks to the client."""
+        self._answer_starts()
         self.close_connection = True
         try:
             self.wfile.flush()

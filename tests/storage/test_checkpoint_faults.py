@@ -39,6 +39,7 @@ import time
 import pytest
 
 import checkpoint_run
+import deadline_budget
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_STAGE_FAILED
 from runexp.runtime import storage
 
@@ -338,30 +339,47 @@ def test_keep_last_k_never_deletes_the_only_complete_checkpoint(experiment):
            resume=time.monotonic() - t1)
 
 
-def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(experiment,
-                                                                          monkeypatch):
-    """The wall-time budget on gs://: every upload is slowed down, so a checkpoint takes far
-    longer than a local save. The stop is planned from this run's checkpoints, uploads
-    included: the last one is committed in the bucket before the deadline."""
-    from runexp.runtime import executor
-
-    t0 = time.monotonic()
-    assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
-    startup = time.monotonic() - t0  # a budget is a multiple of it: a busy machine's longer
-    committed_at = []  # when the bucket answered each upload of the checkpoint pointer
+def pointer_commits(proxy) -> list[float]:
+    """When the bucket answered each upload of the checkpoint pointer from now on (a
+    checkpoint is committed then), filled in as the run goes."""
+    committed_at = []
 
     def note(status, headers, body):
         committed_at.append(time.time())
         return status, headers, body
 
-    proxy = experiment.proxy
     proxy.rewrite(note, times=10 ** 6, match="upload", key=r"/checkpoints/checkpoint$")
-    proxy.hook(lambda method, path: time.sleep(0.3), times=10 ** 6, match="upload")
-    deadline = time.time() + 2 * startup + 5.0
-    monkeypatch.setenv(executor.DEADLINE_ENV, str(deadline))
+    return committed_at
+
+
+def slow_uploads(proxy, seconds: float = 0.3) -> None:
+    """Every upload request waits ``seconds`` at the proxy: a checkpoint's sync (data,
+    index, pointer, one after the other) takes several times that."""
+    proxy.hook(lambda method, path: time.sleep(seconds), times=10 ** 6, match="upload")
+
+
+def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(experiment,
+                                                                          monkeypatch):
+    """The wall-time budget on gs://: every upload is slowed down, so a checkpoint takes far
+    longer than a local save. The stop is planned from this run's checkpoints, uploads
+    included: the last one is committed in the bucket before the deadline. The budget
+    starts once the resumed run has traced its loop (deadline_budget): a second start-up
+    as slow as a busy machine makes it takes nothing from it."""
+    from runexp.runtime import executor
+
+    t0 = time.monotonic()
+    assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
+    first_run = time.monotonic() - t0  # a budget is a multiple of it: a busy machine's longer
+    committed_at = pointer_commits(experiment.proxy)
+    slow_uploads(experiment.proxy)
+    planners = deadline_budget.install(monkeypatch, budget_s=2 * first_run + 5.0,
+                                       starts=deadline_budget.AFTER_TRACING)
+    monkeypatch.setenv(executor.DEADLINE_ENV, str(time.time() + 3600))
     assert experiment.run(train_steps=100_000) == 124, experiment.output[-3000:]
+    deadline = planners[-1].deadline
     assert committed_at and max(committed_at) < deadline, (
-        f"committed {max(committed_at) - deadline:.2f} s after the deadline")
+        f"committed {max(committed_at) - deadline:.2f} s after the deadline\n"
+        + experiment.output[-3000:])
     last = experiment.committed()[-1]
     assert last > 2 and f"at step {last}; latest checkpoint" in experiment.output
     assert "before the deadline" in experiment.output
@@ -369,6 +387,83 @@ def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(exper
                         .splitlines()[-1])
     assert record["event"] == "deadline_stop" and record["step"] == last
     assert 0 < record["deadline_seconds_left"] <= deadline - max(committed_at) + 0.01  # rounding
+
+
+def test_a_start_up_that_leaves_no_time_stops_without_training(experiment, monkeypatch):
+    """A slow start-up: the resumed run's download of ckpt-2 is held at the proxy until the
+    deadline is 1 s away, whatever the machine's speed. Not even a step and a checkpoint
+    fit: the run says so and stops at once; ckpt-2 stays the committed checkpoint and
+    nothing is committed after the deadline."""
+    from runexp.runtime import executor
+
+    assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
+    deadline = time.time() + 10.0
+    committed_at = pointer_commits(experiment.proxy)
+    held = []
+
+    def hold_until_a_second_is_left(method, path):
+        held.append(path)
+        time.sleep(max(deadline - 1.0 - time.time(), 0))
+
+    experiment.proxy.hook(hold_until_a_second_is_left, match="download",
+                          key=r"/ckpt-2\.data-")
+    monkeypatch.setenv(executor.DEADLINE_ENV, str(deadline))
+    assert experiment.run(train_steps=100_000) == 124, experiment.output[-3000:]
+    assert len(held) == 1  # the start-up met the hold
+    assert committed_at == []
+    assert experiment.committed(strict=True) == [2]
+    assert "left when training starts" in experiment.output, experiment.output[-3000:]
+    assert "stopping without training or saving anything" in experiment.output
+    assert "at step 2; latest checkpoint" in experiment.output
+    assert not storage.exists(f"{experiment.stage_uri}/COMPLETED")
+
+
+def test_a_first_call_that_overran_commits_nothing_after_the_deadline(experiment,
+                                                                     monkeypatch):
+    """A slow start-up that still let training start: the first call of the loop (tracing,
+    on a busy machine) ends with 0.5 s left, less than a checkpoint takes with every upload
+    slowed down. The stop keeps ckpt-2, committed long before, says so, and commits nothing
+    after the deadline; the next run trains step 3 again."""
+    from runexp.runtime import executor, trainer
+
+    assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
+    planners = deadline_budget.install(monkeypatch, budget_s=10.0,
+                                       starts=deadline_budget.TRAIN_START)
+    build_loop = trainer.build_loop
+
+    def first_call_overruns(*args, **kw):
+        loop, calls = build_loop(*args, **kw), []
+
+        def call(iterator, num_steps):
+            out = loop(iterator, num_steps)
+            if not calls:  # ends 0.5 s before the deadline, or later on a slower machine
+                time.sleep(max(planners[-1].deadline - 0.5 - time.time(), 0))
+            calls.append(num_steps)
+            return out
+        return call
+
+    monkeypatch.setattr(trainer, "build_loop", first_call_overruns)
+    committed_at = pointer_commits(experiment.proxy)
+    slow_uploads(experiment.proxy)
+    monkeypatch.setenv(executor.DEADLINE_ENV, str(time.time() + 3600))
+    assert experiment.run(train_steps=100_000) == 124, experiment.output[-3000:]
+    deadline = planners[-1].deadline
+    assert committed_at == [], (
+        f"committed {max(committed_at) - deadline:.2f} s after the deadline\n"
+        + experiment.output[-3000:])
+    assert experiment.committed(strict=True) == [2]
+    assert "not enough to complete a checkpoint" in experiment.output, \
+        experiment.output[-3000:]
+    assert "trains step 3 again" in experiment.output
+    assert "at step 2; latest checkpoint" in experiment.output
+    record = json.loads(storage.read_text(f"{experiment.stage_uri}/train_log.jsonl")
+                        .splitlines()[-1])
+    assert record["event"] == "deadline_stop"
+    assert (record["step"], record["unsaved_steps"]) == (2, 1)
+    monkeypatch.setattr(trainer, "build_loop", build_loop)
+    monkeypatch.delenv(executor.DEADLINE_ENV)
+    experiment.proxy.clear()
+    experiment.resume(from_step=2, train_steps=4)
 
 
 # -- background uploads: training goes on while a checkpoint uploads ----------------------------

@@ -22,8 +22,8 @@ from runexp.runtime import storage
 
 class RetryClock:
     """Stands in for the retry module's ``time``: ``sleep`` is counted, not slept, and
-    ``monotonic`` is the real clock plus the waits so far (an attempt still takes the real
-    time it takes)."""
+    ``monotonic`` is the waits so far: an attempt takes no time on it, so how fast a busy
+    machine answers decides neither how many waits fit in a budget nor when they end."""
 
     def __init__(self):
         self.waits: list[float] = []
@@ -32,7 +32,7 @@ class RetryClock:
         self.last: float | None = None  # the latest reading (the one a wait was decided on)
 
     def monotonic(self) -> float:
-        self.last = time.monotonic() + sum(self.waits)
+        self.last = sum(self.waits)
         if self.first is None:
             self.first = self.last
         return self.last
@@ -204,7 +204,9 @@ def test_timeout_is_retried(fault_proxy, gcs_prefix):
         t0 = time.monotonic()
         assert storage.read_text(uri) == "eventually"
         stats = report(f"server stalls a read, {timeout:.1f} s timeout", t0)
-        assert stats.by_error == {"ReadTimeout": 1}
+        # The stalled read timed out and was retried; a retry slowed past the timeout by a
+        # busy machine would be one more ReadTimeout, not another outcome.
+        assert set(stats.by_error) == {"ReadTimeout"} and stats.gave_up == 0
     finally:
         released.set()
         storage.set_retry_policy(previous)
