@@ -30,18 +30,12 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from runexp.compiler.arguments import ArgumentParser
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_PENDING, EXIT_USER_ERROR
 from runexp.compiler.terminal import highlight
 
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"  # read by the executor
 CHILD_ENV = "RUNEXP_RELAUNCHED_CHILD"  # set in children of the relaunch loop
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2; a bad flag is a user error
-        self.print_usage(sys.stderr)
-        print(f"runexp: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
 
 
 SUBCOMMANDS = """subcommands:
@@ -95,7 +89,7 @@ def _t5x_aliases(argv: Sequence[str]) -> list[str]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="runexp", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp", allow_abbrev=False,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 description="Compile a BERT experiment written in gin into a plan, review it, "
                             "and run it.\n\n  runexp --gin_file=quickstart.gin --dry_run\n"
@@ -196,7 +190,7 @@ def _status(argv: Sequence[str]) -> int:
     from runexp.compiler.plan import Plan
     from runexp.runtime import status
 
-    p = _Parser(prog="runexp status", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp status", allow_abbrev=False,
                 description="Show how the experiment in OUTPUT_ROOT stands, stage by stage; "
                             "for a live run its stage, step, loss, rate and ETA.")
     p.add_argument("output_root", help="the experiment's OUTPUT_ROOT (local path or gs://)")
@@ -218,7 +212,7 @@ def _unlock(argv: Sequence[str]) -> int:
     """`runexp unlock OUTPUT_ROOT [--force]`: remove the lock of a run that is gone."""
     from runexp.runtime import run_lock
 
-    p = _Parser(prog="runexp unlock", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp unlock", allow_abbrev=False,
                 description="Remove the lock a run left in OUTPUT_ROOT (runs take over a stale "
                             "lock by themselves; this is for the impatient).")
     p.add_argument("output_root")
@@ -240,7 +234,7 @@ def _inspect(argv: Sequence[str]) -> int:
     from runexp.compiler.planner import compile_experiment
     from runexp.compiler.state import REUSE, stage_state
 
-    p = _Parser(prog="runexp inspect", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp inspect", allow_abbrev=False,
                 description="Decode examples of a preprocessed pretraining task: masked "
                             "positions marked [MASK→orig], {random→orig}, <kept>.")
     p.add_argument("--gin_file", action="append", default=[], metavar="FILE")

@@ -40,6 +40,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from runexp.compiler.errors import Problem, UserError
+from runexp.compiler.arguments import ArgumentParser
 from runexp.compiler.exit_codes import EXIT_DIFFERENT, EXIT_OK, EXIT_USER_ERROR
 from runexp.compiler.plan import Plan
 from runexp.compiler.plan_diff import ABSENT, DROP, PlanDiff, ValueChange, diff_plans
@@ -223,15 +224,8 @@ def render(old: Side, new: Side, d: PlanDiff) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2; a bad flag is a user error
-        self.print_usage(sys.stderr)
-        print(f"runexp diff: error: {message}\n  hint: {_SIDE_HINT}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="runexp diff", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp diff", hint=_SIDE_HINT,
                 description="What differs between two experiments (gin files, runs' output "
                             "roots, or saved plans), and what NEW would rebuild where OLD ran. "
                             f"Exit codes: 0 the same, 1 an input could not be read, "

@@ -15,18 +15,12 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from runexp.compiler.arguments import ArgumentParser
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_USER_ERROR
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse exits 2; a bad flag is a user error
-        self.print_usage(sys.stderr)
-        print(f"runexp report: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_USER_ERROR)
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="runexp report", allow_abbrev=False,
+    p = ArgumentParser(prog="runexp report", allow_abbrev=False,
                 description="Write a self-contained HTML report of the experiment in "
                             "OUTPUT_ROOT: plan, estimated vs actual time, metrics against "
                             "baselines, training curves, bad input, artifacts.")
