@@ -145,7 +145,8 @@ class RunexpRunner:
         from runexp.runtime.model import BertConfig, BertPretrainer
         from runexp.compiler.specs import OptimizerSpec
         from runexp.runtime.optimizer import optimizer_from_spec
-        from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
+        from runexp.runtime.train_loop_config import TrainLoopConfig
+        from runexp.runtime.trainer import Trainer, pretraining_metrics
 
         self.tf = tf
         self.model = BertPretrainer(BertConfig.from_dict(model), xla=xla)

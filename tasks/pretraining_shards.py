@@ -51,8 +51,8 @@ from runexp.compiler.specs.preprocess import PreprocessSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import input_files
 from runexp.tasks.masking import MaskingConfig
-from runexp.tasks.pretraining_instances import (DocumentStore, InstanceConfig,
-                                                build_batch, plan_instances)
+from runexp.tasks.document_store import DocumentStore
+from runexp.tasks.pretraining_instances import InstanceConfig, build_batch, plan_instances
 from runexp.tasks.text_files import InputIssues
 from runexp.tasks.shard_count import auto_num_shards  # noqa: F401 (re-exported)
 from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,

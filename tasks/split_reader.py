@@ -20,7 +20,7 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks.pretraining_instances import DocumentStore, TokenSource
+from runexp.tasks.document_store import DocumentStore, TokenSource
 from runexp.tasks.split_index import (RangeJob, assign_blocks, block_seed, build_split_index,
                                       tokenize_range)
 from runexp.tasks.text_files import InputIssues

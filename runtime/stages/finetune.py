@@ -50,7 +50,8 @@ from runexp.runtime.preemption import Preempted
 from runexp.runtime.report.curves import draw_stage_curves
 from runexp.runtime.task_metrics import score
 from runexp.runtime.train_log import regression_metrics
-from runexp.runtime.trainer import TrainLoopConfig, Trainer, classification_metrics
+from runexp.runtime.train_loop_config import TrainLoopConfig
+from runexp.runtime.trainer import Trainer, classification_metrics
 from runexp.tasks import seqio_tasks
 from runexp.tasks.classification import DataFileError, labels_of, load_examples
 from runexp.tasks.tokenizer import load_tokenizer

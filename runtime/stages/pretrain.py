@@ -36,7 +36,8 @@ from runexp.runtime.model import BertPretrainer, count_parameters
 from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import Preempted
 from runexp.runtime.report.curves import draw_stage_curves
-from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
+from runexp.runtime.train_loop_config import TrainLoopConfig
+from runexp.runtime.trainer import Trainer, pretraining_metrics
 
 
 # Examples per in-training held-out evaluation (eval_every), split between a mixture's

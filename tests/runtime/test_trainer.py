@@ -22,7 +22,8 @@ from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import DeadlineReached, PreemptionWatcher
 from runexp.runtime.stages import pretrain
 from runexp.runtime.stop_planner import StopPlanner
-from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
+from runexp.runtime.train_loop_config import TrainLoopConfig
+from runexp.runtime.trainer import Trainer, pretraining_metrics
 
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 

@@ -335,7 +335,8 @@ def _trainer(work_dir: str, on_checkpoint, train_steps: int = 6, **loop):
     from runexp.compiler.specs import OptimizerSpec
     from runexp.runtime.model import BertConfig, BertPretrainer
     from runexp.runtime.optimizer import optimizer_from_spec
-    from runexp.runtime.trainer import TrainLoopConfig, Trainer, pretraining_metrics
+    from runexp.runtime.train_loop_config import TrainLoopConfig
+    from runexp.runtime.trainer import Trainer, pretraining_metrics
 
     tf.random.set_seed(0)
     config = TrainLoopConfig(**{"train_steps": train_steps, "batch_size": 8,

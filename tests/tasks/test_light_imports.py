@@ -4,7 +4,7 @@ import subprocess
 import sys
 
 LIGHT = ["stdlib_corpus", "sentences", "wordpiece", "tokenizer", "vocab_dir", "wordpiece_trainer", "text_files",
-         "masking", "pretraining_instances", "pretraining_shards", "example_proto", "records",
+         "masking", "document_store", "pretraining_instances", "pretraining_shards", "example_proto", "records",
          "classification", "inspect", "chinese_words"]
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from runexp.compiler.specs import MaskingSpec
-from runexp.tasks.pretraining_instances import DocumentStore, truncation
+from runexp.tasks.document_store import DocumentStore
+from runexp.tasks.pretraining_instances import truncation
 from runexp.tasks.pretraining_shards import (PretrainingConfig, build_shard, cached_tokenizer,
                                              shard_documents)
 
