@@ -85,7 +85,11 @@ def _record(ctx: PlanContext, init: str, location) -> Optional[HuggingFaceInit]:
     if uris.is_gcs(init):
         from runexp.runtime import storage  # no TensorFlow; google-cloud-storage
 
-        kwargs = {"read_text": storage.read_text, "exists": storage.exists}
+        # The directory's listing (made once for the fingerprint) answers "exists" without a
+        # request per file.
+        listing = ctx.gcs.directory(init)
+        exists = listing.__contains__ if isinstance(listing, dict) else storage.exists
+        kwargs = {"read_text": storage.read_text, "exists": exists}
     try:
         record = read_huggingface_dir(init.rstrip("/"), **kwargs)
     except HuggingFaceDirError as e:
