@@ -26,15 +26,25 @@ def preflight(uri_prefix: str, region: str | None = None,
     uri_prefix = as_str(uri_prefix)
     if not is_gcs(uri_prefix):
         return _preflight_local(uri_prefix)
-    from google.api_core import exceptions as api
-    from google.auth import exceptions as auth_exceptions
-
-    bucket_name, key = split_gcs(uri_prefix)
-    bucket_uri = f"gs://{bucket_name}"
     base = retry_policy()
     quick = dataclasses.replace(base, max_tries=min(base.max_tries, 2),
                                 timeout=min(base.timeout, 10.0), deadline=20.0)
-    findings = []
+    findings, reachable = _bucket_findings(uri_prefix, region, quick)
+    if not reachable:
+        return findings
+    findings.append(_probe_finding(uri_prefix, quick))
+    findings.extend(_iam_findings(split_gcs(uri_prefix)[0], service_account, quick))
+    return findings
+
+
+def _bucket_findings(uri_prefix: str, region: str | None, quick) -> tuple[list[str], bool]:
+    """The bucket's own checks, and whether the other checks are worth running (False when
+    there are no credentials, no bucket or no network: one finding says which)."""
+    from google.api_core import exceptions as api
+    from google.auth import exceptions as auth_exceptions
+
+    bucket_name = split_gcs(uri_prefix)[0]
+    bucket_uri = f"gs://{bucket_name}"
     try:
         bucket = client().bucket(bucket_name)
         with_retries("preflight", bucket_uri,
@@ -43,25 +53,28 @@ def preflight(uri_prefix: str, region: str | None = None,
         return [f"error: no Google credentials to reach {uri_prefix}: run `gcloud auth "
                 "application-default login` (or set GOOGLE_APPLICATION_CREDENTIALS to a "
                 "service account key file); to review a plan without storage access, add "
-                "--offline to the dry run"]
+                "--offline to the dry run"], False
     except api.NotFound:
         return [f"error: bucket {bucket_uri} does not exist (or is not visible to these "
-                "credentials)"]
+                "credentials)"], False
     except api.Forbidden:
-        findings.append(f"WARNING: cannot read the metadata of bucket {bucket_uri} (403); "
-                        "continuing with the write probe")
-        bucket = None
+        return [f"WARNING: cannot read the metadata of bucket {bucket_uri} (403); "
+                "continuing with the write probe"], True
     except Exception as exc:  # noqa: BLE001 - offline, DNS, budget: a note, not a crash
         return [f"skipped: cannot reach storage for {bucket_uri} ({error_label(exc)}); "
-                "checks not run"]
-    if bucket is not None:
-        findings.append(f"ok: bucket {bucket_uri} exists (location {bucket.location}, "
-                        f"storage class {bucket.storage_class})")
-        if region:
-            findings.append(_location_finding(bucket_uri, bucket.location or "", region))
-        if bucket.iam_configuration.public_access_prevention == "enforced":
-            findings.append(f"ok: public access prevention is enforced on {bucket_uri}")
+                "checks not run"], False
+    findings = [f"ok: bucket {bucket_uri} exists (location {bucket.location}, "
+                f"storage class {bucket.storage_class})"]
+    if region:
+        findings.append(_location_finding(bucket_uri, bucket.location or "", region))
+    if bucket.iam_configuration.public_access_prevention == "enforced":
+        findings.append(f"ok: public access prevention is enforced on {bucket_uri}")
+    return findings, True
 
+
+def _probe_finding(uri_prefix: str, quick) -> str:
+    """Whether an object can be created and deleted under the prefix."""
+    bucket_name = split_gcs(uri_prefix)[0]
     probe = join(uri_prefix, f".runexp-preflight-{uuid.uuid4().hex[:12]}")
     try:
         blob = client().bucket(bucket_name).blob(split_gcs(probe)[1])
@@ -69,32 +82,33 @@ def preflight(uri_prefix: str, region: str | None = None,
             b"", timeout=quick.timeout, retry=None), quick)
         with_retries("preflight", probe, lambda: blob.delete(
             timeout=quick.timeout, retry=None), quick)
-        findings.append(f"ok: can create and delete objects under {uri_prefix}")
+        return f"ok: can create and delete objects under {uri_prefix}"
     except Exception as exc:  # noqa: BLE001
-        findings.append(f"error: cannot create and delete a probe object under {uri_prefix} "
-                        f"({error_label(exc)})")
+        return (f"error: cannot create and delete a probe object under {uri_prefix} "
+                f"({error_label(exc)})")
 
+
+def _iam_findings(bucket_name: str, service_account: str | None, quick) -> list[str]:
+    """No public bindings, and the TPU's service account may read and write."""
+    bucket_uri = f"gs://{bucket_name}"
     try:
         policy = with_retries("preflight", bucket_uri, lambda: client().bucket(
             bucket_name).get_iam_policy(requested_policy_version=3,
                                         timeout=quick.timeout, retry=None), quick)
-        public = []
-        for binding in policy.bindings:
-            for member in sorted(set(binding.get("members", ())) &
-                                 {"allUsers", "allAuthenticatedUsers"}):
-                public.append(f"{binding['role']} to {member}")
-        if public:
-            findings.append(f"WARNING: bucket {bucket_uri} is public: grants "
-                            + "; ".join(public) + ". runexp never makes anything public; "
-                            "remove these bindings unless you mean them")
-        else:
-            findings.append(f"ok: no allUsers/allAuthenticatedUsers bindings on {bucket_uri}")
-        if service_account:
-            findings.append(_service_account_finding(policy.bindings, service_account,
-                                                     bucket_uri))
     except Exception as exc:  # noqa: BLE001
-        findings.append(f"skipped: IAM policy of {bucket_uri} not readable "
-                        f"({error_label(exc)}); public access not checked")
+        return [f"skipped: IAM policy of {bucket_uri} not readable "
+                f"({error_label(exc)}); public access not checked"]
+    public = [f"{binding['role']} to {member}" for binding in policy.bindings
+              for member in sorted(set(binding.get("members", ())) &
+                                   {"allUsers", "allAuthenticatedUsers"})]
+    if public:
+        findings = [f"WARNING: bucket {bucket_uri} is public: grants " + "; ".join(public)
+                    + ". runexp never makes anything public; remove these bindings unless "
+                    "you mean them"]
+    else:
+        findings = [f"ok: no allUsers/allAuthenticatedUsers bindings on {bucket_uri}"]
+    if service_account:
+        findings.append(_service_account_finding(policy.bindings, service_account, bucket_uri))
     return findings
 
 
