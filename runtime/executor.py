@@ -350,19 +350,7 @@ def run_plan(plan: Plan, until: Sequence[str] = (), only: Sequence[str] = ()) ->
 
 def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> int:
     """run_plan's body, with the root's lock held."""
-    from runexp.runtime import storage
-
-    mirror = None
-    if uris.is_gcs(plan.output_root):
-        from runexp.runtime.storage.mirror import Mirror
-
-        mirror = Mirror(plan)
-    else:
-        os.makedirs(plan.output_root, exist_ok=True)
-    # The truth next to the results: the exact plan and the values it was compiled from.
-    storage.write_text(uris.join(plan.output_root, "plan.json"), plan.to_json())
-    storage.write_text(uris.join(plan.output_root, "operative_config.gin"),
-                       plan.operative_config)
+    mirror = _prepare_root(plan)
     try:
         states = select(plan, plan_states(plan), until, only)
     except UserError as e:
@@ -387,33 +375,9 @@ def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> 
         verb = {CREATE: "creating", REBUILD: "rebuilding", RESUME: "resuming"}[state.action]
         _say(f"{head}: {verb} ({state.reason})")
         t0 = time.time()
-        try:
-            if stage.kind in TF_KINDS:
-                _load_tensorflow_quietly(plan.accelerator)
-            summary = run_stage(plan, stage, state, mirror)
-        except UserError as e:
-            print(highlight(f"error in stage {stage.id}:\n{e.render()}"), file=sys.stderr)
-            return EXIT_USER_ERROR
-        except storage.StorageError as e:
-            print(f"error in stage {stage.id}: {e}\n  hint: finished stages are kept; check "
-                  "the bucket and your access, then run the same command again",
-                  file=sys.stderr)
-            return EXIT_STAGE_FAILED
-        except KeyboardInterrupt:
-            print(f"\ninterrupted in stage {stage.id}: finished stages are kept; run the same "
-                  "command again to continue", file=sys.stderr)
-            return EXIT_INTERRUPTED
-        except Exception as e:
-            preemption = sys.modules.get("runexp.runtime.preemption")
-            if preemption is not None and isinstance(e, preemption.Preempted):
-                print(f"stage {stage.id} stopped: {e}. Run the same command again to "
-                      "continue from that checkpoint.", file=sys.stderr)
-                return e.exit_code
-            # A bug or an environment failure, not the user's input.
-            traceback.print_exc()
-            print(f"\nstage {stage.id} failed (see above). Finished stages are kept; the "
-                  "failed stage is redone by the next run.", file=sys.stderr)
-            return EXIT_STAGE_FAILED
+        summary, exit_code = _run_one(plan, stage, state, mirror)
+        if exit_code is not None:
+            return exit_code
         summaries[stage.id] = summary
         _say(f"    done in {time.time() - t0:.1f} s: {_headline(stage, summary)}")
     for line in _results(plan, summaries):
@@ -423,3 +387,55 @@ def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> 
         f" {len(skipped)} stage(s) skipped as asked ({', '.join(s.id for s in skipped)}): "
         "run without --until/--only to go on." if skipped else ""))
     return EXIT_OK
+
+
+def _prepare_root(plan: Plan):
+    """Writes the truth next to the results (the exact plan and the values it was compiled
+    from); returns the GCS mirror of a gs:// root, or None for a local one."""
+    from runexp.runtime import storage
+
+    mirror = None
+    if uris.is_gcs(plan.output_root):
+        from runexp.runtime.storage.mirror import Mirror
+
+        mirror = Mirror(plan)
+    else:
+        os.makedirs(plan.output_root, exist_ok=True)
+    storage.write_text(uris.join(plan.output_root, "plan.json"), plan.to_json())
+    storage.write_text(uris.join(plan.output_root, "operative_config.gin"),
+                       plan.operative_config)
+    return mirror
+
+
+def _run_one(plan: Plan, stage, state, mirror) -> tuple[dict | None, int | None]:
+    """Runs one stage: (its summary, None), or (None, the exit code) after saying why it
+    stopped. Finished stages are kept whatever happens here."""
+    from runexp.runtime import storage
+
+    try:
+        if stage.kind in TF_KINDS:
+            _load_tensorflow_quietly(plan.accelerator)
+        return run_stage(plan, stage, state, mirror), None
+    except UserError as e:
+        print(highlight(f"error in stage {stage.id}:\n{e.render()}"), file=sys.stderr)
+        return None, EXIT_USER_ERROR
+    except storage.StorageError as e:
+        print(f"error in stage {stage.id}: {e}\n  hint: finished stages are kept; check "
+              "the bucket and your access, then run the same command again",
+              file=sys.stderr)
+        return None, EXIT_STAGE_FAILED
+    except KeyboardInterrupt:
+        print(f"\ninterrupted in stage {stage.id}: finished stages are kept; run the same "
+              "command again to continue", file=sys.stderr)
+        return None, EXIT_INTERRUPTED
+    except Exception as e:
+        preemption = sys.modules.get("runexp.runtime.preemption")
+        if preemption is not None and isinstance(e, preemption.Preempted):
+            print(f"stage {stage.id} stopped: {e}. Run the same command again to "
+                  "continue from that checkpoint.", file=sys.stderr)
+            return None, e.exit_code
+        # A bug or an environment failure, not the user's input.
+        traceback.print_exc()
+        print(f"\nstage {stage.id} failed (see above). Finished stages are kept; the "
+              "failed stage is redone by the next run.", file=sys.stderr)
+        return None, EXIT_STAGE_FAILED
