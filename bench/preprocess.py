@@ -9,7 +9,7 @@ See ../shared/design/BENCHMARKS.md, section 1. The peer is ``python -m
 bert.create_pretraining_data`` from the bert-tensorflow package (the ``bench`` extra), run as
 users run it: one process. Ours is the preprocess stage's own code (runtime/stages/
 preprocess.py) in a child process, with its worker processes on every core and the shard
-count the compiler would choose (tasks/pretraining_shards.py auto_num_shards: 4 for 20 MB,
+count the compiler would choose (compiler/shard_count.py auto_num_shards: 4 for 20 MB,
 64 for 320 MB). Both read the same corpus (bench/doc_corpus.py: >= 20 MB of the machine's man
 pages, info pages and Python docstrings, one sentence a line, built once and cached in the
 work dir; its size and sha256 are printed) with the same ~30k vocab.txt and flags:
@@ -67,7 +67,7 @@ import time
 import numpy as np
 import psutil
 
-from runexp.tasks.pretraining_shards import auto_num_shards
+from runexp.compiler.shard_count import auto_num_shards
 from runexp.tasks.records import count_records, iter_records
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

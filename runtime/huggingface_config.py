@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
 
-from runexp.compiler.huggingface_dir import (  # noqa: F401 - one name table, re-exported
+from runexp.compiler.formats.huggingface_dir import (  # noqa: F401 - one name table, re-exported
     CONFIG_FILE, HUGGINGFACE_ACTIVATION, LAYER_NORM_EPS, RUNEXP_ACTIVATION, WEIGHTS_FILE,
     unsupported_settings)
 from runexp.runtime.bert_config import BertConfig

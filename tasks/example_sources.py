@@ -5,7 +5,7 @@
 TensorFlow (framing and CRCs checked) and parsed with the features google-research/bert's
 ``run_pretraining.py`` parses (tasks/records.py's ``feature_spec``: the same ones runexp
 writes). A record that does not parse is one UserError naming the file and the record, with
-what was expected and what was found (compiler/example_peek.py says it, in the words of the
+what was expected and what was found (compiler/formats/example_peek.py says it, in the words of the
 dry run). Valid records are copied byte for byte into runexp's shards.
 
 ``seqio_bert_features``: the user's task (registered by a module the gin file imports) is
@@ -36,11 +36,11 @@ import tensorflow as tf
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Problem, UserError
-from runexp.compiler.example_peek import (BERT_FEATURES, check_features, expected_features,
+from runexp.compiler.formats.example_peek import (BERT_FEATURES, check_features, expected_features,
                                           parse_example)
 from runexp.tasks import records
 from runexp.tasks.example_cache import SplitCounts, ShardSplitter, ValueChecks, commit
-from runexp.tasks.shard_count import auto_num_shards
+from runexp.compiler.shard_count import auto_num_shards
 
 STAGING_DIR = ".examples-staging"  # under the stage directory, beside the cache
 BATCH = 1024
@@ -171,7 +171,7 @@ def _adopt_file(path: str, spec: dict, seq: int, preds: int, checks: ValueChecks
 def parse_error(path: str, first: int, batch: list, seq: int, preds: int,
                 error: Exception) -> UserError:
     """The UserError of a batch TensorFlow could not parse: the first record that does not
-    fit, in the dry run's words (compiler/example_peek.py)."""
+    fit, in the dry run's words (compiler/formats/example_peek.py)."""
     for i, record in enumerate(batch):
         try:
             mismatches = check_features(parse_example(record), seq, preds)

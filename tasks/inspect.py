@@ -21,7 +21,7 @@ import struct
 
 import numpy as np
 
-from runexp.compiler.protobuf_wire import fields, read_varint
+from runexp.compiler.formats.protobuf_wire import fields, read_varint
 from runexp.tasks.records import iter_records
 from runexp.tasks.tokenizer import load_tokenizer
 

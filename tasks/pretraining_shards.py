@@ -12,9 +12,9 @@ So the instances (their segments, lengths and labels) do not depend on the shard
 only which shard holds them, their order, which side truncation cuts and their masks do;
 nothing depends on the number of worker processes. Memory per worker: the shard's tokens,
 sentence offsets and plan (~1.5 bytes per byte of text at ``dupe_factor`` 5) plus the
-split's document index (16 bytes per document); ``auto_num_shards`` keeps shards at most
-64 MiB of text. Instances are built, masked, serialised and written one batch at a time,
-already in their final order.
+split's document index (16 bytes per document); the compiler's ``auto_num_shards`` keeps
+shards at most 64 MiB of text. Instances are built, masked, serialised and written one batch
+at a time, already in their final order.
 
 Both the preprocess stage (parallel, to TFRecords) and the seqio task's uncached source
 (sequential, to feature dicts; the index built in-process, from one range) build shards
@@ -54,7 +54,6 @@ from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.document_store import DocumentStore
 from runexp.tasks.pretraining_instances import InstanceConfig, build_batch, plan_instances
 from runexp.tasks.text_files import InputIssues
-from runexp.tasks.shard_count import auto_num_shards  # noqa: F401 (re-exported)
 from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,
                                       build_split_index, plan_ranges, tokenize_range)
 from runexp.tasks.split_reader import local_index, open_index

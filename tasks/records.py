@@ -43,7 +43,7 @@ import os
 import struct
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
-from runexp.compiler.tfrecord_crc import masked_crc
+from runexp.compiler.formats.tfrecord_crc import masked_crc
 from runexp.tasks.example_proto import encode_example, encode_examples
 
 if TYPE_CHECKING:  # annotations only: numpy is not imported for them

@@ -27,7 +27,7 @@ import os
 import shutil
 from typing import Sequence
 
-from runexp.compiler.huggingface_dir import TOKENIZER_FILE, wordpiece_vocab
+from runexp.compiler.formats.huggingface_dir import TOKENIZER_FILE, wordpiece_vocab
 from runexp.tasks.tokenizer import (REPORT_FILE, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
                                     Tokenizer, load_tokenizer)
 from runexp.tasks.wordpiece_trainer import train_wordpiece

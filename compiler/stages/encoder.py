@@ -12,7 +12,7 @@ from runexp.compiler.errors import Location
 from runexp.compiler.model_sizes import bert_config
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import ModelSpec
-from runexp.compiler.huggingface_dir import (RUNEXP_ACTIVATION, TOKENIZER_CONFIG_FILE,
+from runexp.compiler.formats.huggingface_dir import (RUNEXP_ACTIVATION, TOKENIZER_CONFIG_FILE,
                                              HuggingFaceDir)
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.huggingface_init import HuggingFaceInit
@@ -169,8 +169,8 @@ _LAYER = re.compile(r"^bert/encoder/layer_(\d+)/")
 def _local_checkpoint_shapes(ctx: PlanContext, prefix: str,
                              location: Optional[Location]) -> dict:
     """The model fields a local checkpoint's variables pin down (Google's names), read from
-    its .index (compiler/checkpoint_index.py); a missing or corrupt checkpoint is an error."""
-    from runexp.compiler.checkpoint_index import CheckpointIndexError, read_index
+    its .index (compiler/formats/checkpoint_index.py); a missing or corrupt checkpoint is an error."""
+    from runexp.compiler.formats.checkpoint_index import CheckpointIndexError, read_index
 
     try:
         variables = read_index(prefix)

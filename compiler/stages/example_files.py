@@ -2,7 +2,7 @@
 google-research/bert's ``create_pretraining_data.py`` writes, adopted as the task's cache.
 
 The files are listed like text files (``ctx.files``: local globs, gs:// listings, changes
-fingerprinted). Local files are looked at now, without TensorFlow (compiler/example_peek.py):
+fingerprinted). Local files are looked at now, without TensorFlow (compiler/formats/example_peek.py):
 the first records of each must be TFRecord framing holding BERT's seven features with the
 lengths ``max_seq_length`` and ``max_predictions_per_seq`` say, and token ids below the
 vocabulary's size. So "Can't parse serialized Example" an hour into training becomes a dry-run
@@ -17,10 +17,10 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Location
-from runexp.compiler.example_peek import (FramingError, check_features, max_token_id,
+from runexp.compiler.formats.example_peek import (FramingError, check_features, max_token_id,
                                           parse_example, read_records)
 from runexp.compiler.stages.common import PlanContext, StageBuilder
-from runexp.tasks.shard_count import auto_num_shards
+from runexp.compiler.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
 PEEK_RECORDS = 2     # records read from the start of each local file
@@ -134,7 +134,7 @@ def _report(ctx: PlanContext, task: str, found: dict[str, list]) -> None:
 
 
 def auto_shards(ctx: PlanContext, train_uris: list) -> tuple[int, str]:
-    """The cache's shard count, from the records' size as for text (tasks/shard_count.py):
+    """The cache's shard count, from the records' size as for text (compiler/shard_count.py):
     shards are what input hosts divide among themselves."""
     size = 0
     for pattern in train_uris:

@@ -7,7 +7,7 @@ files). Which one is decided by what is there: a local directory holding ``confi
 a gs:// prefix under which ``config.json`` is listed. When gs:// cannot be asked (``--offline``,
 no credentials), by the name: a last segment without ``ckpt`` is taken for a directory.
 
-The directory's ``config.json`` and tokenizer files are read here (compiler/huggingface_dir.py:
+The directory's ``config.json`` and tokenizer files are read here (compiler/formats/huggingface_dir.py:
 standard library only; gs:// through runexp's storage layer) so that the dry run checks the
 model size, the vocabulary and the casing against the experiment before anything runs, and
 so that the model's activation and, when ``VOCAB`` is unset, the vocabulary and casing come
@@ -22,7 +22,7 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Location
-from runexp.compiler.huggingface_dir import (CONFIG_FILE, HuggingFaceDir, HuggingFaceDirError,
+from runexp.compiler.formats.huggingface_dir import (CONFIG_FILE, HuggingFaceDir, HuggingFaceDirError,
                                              read_huggingface_dir)
 from runexp.compiler.stages.common import PlanContext
 

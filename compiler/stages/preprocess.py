@@ -16,7 +16,7 @@ from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.phases import SINGLE, Phase
 from runexp.compiler.stages.runner import check_corpus_reachable, check_runner
-from runexp.tasks.shard_count import auto_num_shards
+from runexp.compiler.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
 
@@ -221,7 +221,7 @@ def check_dynamic_masking(ctx: PlanContext, task: str, p: dict) -> None:
 
 
 def auto_shards(ctx: PlanContext, train_uris: list) -> tuple[int, str]:
-    """Shards bound each worker's memory and set the parallelism (tasks/shard_count.py).
+    """Shards bound each worker's memory and set the parallelism (compiler/shard_count.py).
     Decided here from the corpus size, not from the machine's cores, so the output is the
     same anywhere."""
     size = 0

@@ -12,7 +12,7 @@ here is what is on disk:
   (tasks/seqio_sources.py), and the plan says so.
 
 The size of a seqio source is unknown when planning, so ``num_shards = 0`` becomes the
-shard count of an unknown size (tasks/shard_count.py).
+shard count of an unknown size (compiler/shard_count.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from runexp.compiler import uris
 from runexp.compiler.fingerprint import digest, file_digest
 from runexp.compiler.stages.common import AT_RUN_TIME, PlanContext, StageBuilder
 from runexp.compiler.user_modules import planned_modules
-from runexp.tasks.shard_count import auto_num_shards
+from runexp.compiler.shard_count import auto_num_shards
 
 TASK = "bert_pretraining_task"
 # [namespace:]name[/config][:version]

@@ -22,10 +22,11 @@ from typing import Optional
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Location, Problem
-from runexp.compiler.huggingface_dir import TOKENIZER_FILE, HuggingFaceDirError, wordpiece_vocab
+from runexp.compiler.formats.huggingface_dir import TOKENIZER_FILE, HuggingFaceDirError, wordpiece_vocab
 from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS
+from runexp.compiler.vocab_roles import MISSING_ROLES_HINT, sentencepiece_roles
 from runexp.compiler.specs.source import APPLIES
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.huggingface_init import HuggingFaceInit
@@ -170,8 +171,6 @@ def _spm_facts(ctx: PlanContext, path: str, location: Optional[Location]
     """The piece count of a SentencePiece model and its roles ("[PAD]=<pad> (0), ...");
     a file that is not a model, or a model without a piece for a role, is an error."""
     import sentencepiece  # light (no TensorFlow); gives the exact piece count
-
-    from runexp.tasks.tokenizer import MISSING_ROLES_HINT, sentencepiece_roles  # light
 
     try:
         processor = sentencepiece.SentencePieceProcessor(model_file=path)

@@ -21,7 +21,7 @@ the pipeline runexp's own tokenizer (tasks/tokenizer.py) runs:
   ranked by the merged piece's score). User-defined pieces are isolated before the model,
   as SentencePiece always emits them whole. Control pieces (``[CLS]``...) and the unknown
   piece get scores below any path of ordinary pieces: SentencePiece never makes them from
-  text. The roles are the model's (tasks/tokenizer.py ``sentencepiece_roles``): ALBERT's
+  text. The roles are the model's (compiler/vocab_roles.py ``sentencepiece_roles``): ALBERT's
   ``<pad>`` and ``<unk>`` are the pad and unknown tokens.
 
 Both: ``[CLS] a [SEP]`` and ``[CLS] a [SEP] b [SEP]`` with token type ids 0 then 1 (the

@@ -1,4 +1,4 @@
-"""Init checkpoints checked in the dry run from their .index (compiler/checkpoint_index.py):
+"""Init checkpoints checked in the dry run from their .index (compiler/formats/checkpoint_index.py):
 missing, corrupt, or shaped for another model, each one error with file:line and a hint."""
 
 import os
@@ -8,7 +8,7 @@ from checkpoint_files import bert_variables, write_index
 from test_errors import errors_of
 from test_finetune_plans import _experiment, release  # noqa: F401 - a fixture
 
-from runexp.compiler.checkpoint_index import CheckpointIndexError, read_index
+from runexp.compiler.formats.checkpoint_index import CheckpointIndexError, read_index
 
 
 def test_reads_what_tensorflow_writes(tmp_path):

@@ -1,4 +1,4 @@
-"""compiler/huggingface_dir.py on directories transformers itself wrote (in a child process:
+"""compiler/formats/huggingface_dir.py on directories transformers itself wrote (in a child process:
 the compiler never imports transformers, the test's consumer does)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from huggingface_dirs import VOCAB, save_bert_dir
-from runexp.compiler.huggingface_dir import HuggingFaceDirError, read_huggingface_dir
+from runexp.compiler.formats.huggingface_dir import HuggingFaceDirError, read_huggingface_dir
 
 
 def _save(tmp_path, kind="bert", vocab_size=len(VOCAB), lower=True, vocab=VOCAB,
@@ -130,7 +130,7 @@ def test_gs_uris_are_read_through_the_given_functions(bert_dir):
 
 
 def test_the_module_is_standard_library_only():
-    code = ("import sys, runexp.compiler.huggingface_dir\n"
+    code = ("import sys, runexp.compiler.formats.huggingface_dir\n"
             "heavy = [m for m in ('tensorflow', 'seqio', 'torch', 'transformers', 'tokenizers',"
             " 'safetensors', 'numpy') if m in sys.modules]\n"
             "assert not heavy, heavy\n")

@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 pytestmark = pytest.mark.skipif(bert_cpd is None, reason="needs bert-tensorflow==1.0.4 "
                                 "(google-research/bert's published package: the test extra)")
 
-from runexp.compiler import example_peek  # noqa: E402
+from runexp.compiler.formats import example_peek  # noqa: E402
 from runexp.compiler.errors import UserError  # noqa: E402
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
@@ -223,7 +223,7 @@ def test_token_ids_past_the_vocabulary_are_refused(made, tmp_path):
     assert_nothing_cached(tmp_path / "pre")
 
 
-# --- the dry run's reader (compiler/example_peek.py, no TensorFlow) ---------------------------
+# --- the dry run's reader (compiler/formats/example_peek.py, no TensorFlow) ---------------------------
 
 def test_the_stdlib_reader_decodes_google_research_berts_records(made):
     _, train, _, _ = made

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from runexp.tasks import pretraining_shards as ps
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, auto_num_shards,
-                                             cached_tokenizer, iter_shard_batches,
-                                             plan_shard_jobs, run_shard_jobs, summary_fields,
-                                             write_shard)
+from runexp.compiler.shard_count import auto_num_shards
+from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
+                                             iter_shard_batches, plan_shard_jobs, run_shard_jobs,
+                                             summary_fields, write_shard)
 from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
 from runexp.tasks.split_reader import local_index
 from runexp.tasks.text_files import InputIssues, iter_documents, iter_located_documents

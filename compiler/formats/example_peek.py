@@ -30,8 +30,8 @@ import dataclasses
 import struct
 from typing import BinaryIO, Optional
 
-from runexp.compiler.protobuf_wire import fields, read_varint
-from runexp.compiler.tfrecord_crc import masked_crc
+from runexp.compiler.formats.protobuf_wire import fields, read_varint
+from runexp.compiler.formats.tfrecord_crc import masked_crc
 
 INT64, FLOAT, BYTES, EMPTY = "int64", "float", "bytes", "empty"
 

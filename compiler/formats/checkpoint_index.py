@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 
-from runexp.compiler.protobuf_wire import fields, read_varint
+from runexp.compiler.formats.protobuf_wire import fields, read_varint
 
 _MAGIC = 0xdb4775248b80fb57
 _FOOTER = 48
