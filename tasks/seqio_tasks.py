@@ -58,7 +58,8 @@ import tensorflow as tf
 
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import records
-from runexp.tasks.classification import DataFileError, encode_examples, labels_of, load_examples
+from runexp.compiler.formats.classification_files import DataFileError, load_examples
+from runexp.tasks.classification import encode_examples, labels_of
 from runexp.tasks.dynamic_masking import mask_batch
 from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,

@@ -8,6 +8,7 @@ import re
 from typing import Optional
 
 from runexp.compiler import uris
+from runexp.compiler.formats.classification_files import DataFileError, load_examples
 from runexp.compiler.errors import did_you_mean
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import FinetuneSpec
@@ -261,8 +262,6 @@ def check_glue_headers(ctx: PlanContext, glue: GlueTask, inputs: dict) -> bool:
 def _read(ctx: PlanContext, path: str, p: dict) -> tuple[Optional[list], bool]:
     """(examples, whole) of a local classification file: all of it up to LABEL_CHECK_BYTES,
     else a sample of its first SAMPLE_ROWS rows; (None, False) after reporting an error."""
-    from runexp.tasks.classification import DataFileError, load_examples  # no TensorFlow
-
     whole = os.path.getsize(path) <= LABEL_CHECK_BYTES
     regression = p.get("kind") is not None and KINDS[p["kind"]].regression
     try:

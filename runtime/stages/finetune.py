@@ -53,7 +53,8 @@ from runexp.runtime.train_log import regression_metrics
 from runexp.runtime.train_loop_config import TrainLoopConfig
 from runexp.runtime.trainer import Trainer, classification_metrics
 from runexp.tasks import seqio_tasks
-from runexp.tasks.classification import DataFileError, labels_of, load_examples
+from runexp.compiler.formats.classification_files import DataFileError, load_examples
+from runexp.tasks.classification import labels_of
 from runexp.tasks.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"

@@ -11,7 +11,7 @@ from checkpoint_files import bert_variables, write_index
 from glue_files import DIRECTORIES, write_glue_dir
 from runexp.compiler.glue_tasks import GLUE_TASKS
 from runexp.compiler.planner import compile_experiment
-from runexp.tasks.classification import load_examples
+from runexp.compiler.formats.classification_files import load_examples
 from test_errors import errors_of
 
 # Where google-research/bert's processors (and Hugging Face's port) read each task's

@@ -13,7 +13,7 @@ import tensorflow as tf
 from export_testlib import export_ctx, stage, write_pretrain_dir
 from runtime_testlib import TINY_MODEL, write_vocab_dir
 from runexp.runtime.stages import export, finetune
-from runexp.tasks.classification import load_examples
+from runexp.compiler.formats.classification_files import load_examples
 from runexp.tasks.tokenizer import load_tokenizer
 
 GOOD, BAD = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]

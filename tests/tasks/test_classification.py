@@ -2,7 +2,8 @@
 
 import pytest
 
-from runexp.tasks.classification import encode_examples, labels_of, load_examples
+from runexp.compiler.formats.classification_files import load_examples
+from runexp.tasks.classification import encode_examples, labels_of
 from runexp.tasks.tokenizer import load_tokenizer
 
 

@@ -4,7 +4,7 @@ import json
 import os
 
 from runexp.tasks import stdlib_corpus
-from runexp.tasks.classification import load_examples
+from runexp.compiler.formats.classification_files import load_examples
 from runexp.tasks.sentences import split_sentences
 from runexp.tasks.text_files import iter_documents
 
