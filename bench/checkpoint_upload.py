@@ -116,7 +116,8 @@ def run_once(mode: str, bucket: str, data_dir: str, cache: str,
     import checkpoint_run
 
     from runexp.runtime import executor
-    from runexp.runtime.storage import mirror, transfer
+    from runexp.runtime import gcs_mirror as mirror
+from runexp.runtime.storage import transfer
 
     os.environ[mirror.UPLOAD_MODE_ENV] = "background" if mode == "async" else "sync"
     transfer.TRANSFER_THREADS = 1 if mode == "old" else args.threads

@@ -272,7 +272,7 @@ def _inspect(argv: Sequence[str]) -> int:
         return EXIT_USER_ERROR
     data_dir, vocab_dir = stage.output_dir, vocab.output_dir
     if plan.output_root.startswith("gs://"):
-        from runexp.runtime.storage.mirror import Mirror
+        from runexp.runtime.gcs_mirror import Mirror
 
         mirror = Mirror(plan)
         data_dir, vocab_dir = mirror.pull(stage), mirror.pull(vocab)

@@ -7,7 +7,7 @@ adding or deleting an object changes the fingerprints of the stages that read it
 everything downstream. The listing itself goes into the plan (``Stage.input_objects``) and
 from there into the stage's MANIFEST.json, so a later dry run can name the object that
 changed (compiler/state.py), and the runtime reads exactly the listed versions
-(runtime/storage/mirror.py).
+(runtime/gcs_mirror.py).
 
 When the objects cannot be listed (offline, no credentials, no permission, no such bucket),
 or ``RUNEXP_NO_INPUT_LISTING=1`` asks not to, the input keeps the fingerprint it had before

@@ -33,7 +33,7 @@ class StageContext:
       progress: reports one progress line to the user.
       sync: makes what is in work_dir durable where the experiment lives (uploads it for a
         gs:// output root; nothing to do locally). Training calls it after each checkpoint.
-        For a gs:// root it is a ``storage.mirror.StageSync``, which can also upload in the
+        For a gs:// root it is a ``gcs_mirror.StageSync``, which can also upload in the
         background: ``start()`` (the trainer, after each checkpoint but the last), ``poll()``,
         ``wait()``, ``in_flight``; a call waits for the upload in flight first.
     """

@@ -156,7 +156,7 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
         if any(uris.is_gcs(v) for v in uris.strings_in(view.inputs)):
             # A local root reading gs:// inputs (a corpus, a vocab, a released checkpoint):
             # downloaded into the input cache in the listed versions, like a gs:// root's.
-            from runexp.runtime.storage.mirror import Mirror
+            from runexp.runtime.gcs_mirror import Mirror
 
             view = Mirror(plan).local_inputs(view, in_place)
         ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
@@ -291,7 +291,7 @@ def _run_as_worker(plan: Plan) -> int:
          "chief builds and writes everything; this worker joins the training stages")
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.storage.mirror import Mirror
+        from runexp.runtime.gcs_mirror import Mirror
 
         mirror = Mirror(plan)
     by_id = {s.id: s for s in plan.stages}
@@ -396,7 +396,7 @@ def _prepare_root(plan: Plan):
 
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.storage.mirror import Mirror
+        from runexp.runtime.gcs_mirror import Mirror
 
         mirror = Mirror(plan)
     else:

@@ -96,7 +96,7 @@ class Trainer:
       on_checkpoint: called after each checkpoint is written (a gs:// run uploads it then).
         If it also has ``start()`` (-> True when the upload runs in the background),
         ``poll()`` and ``wait()`` (-> the ended upload with its ``seconds``, or None; raising
-        its error), as ``ctx.sync`` of a gs:// stage has (storage.mirror.StageSync), each
+        its error), as ``ctx.sync`` of a gs:// stage has (gcs_mirror.StageSync), each
         checkpoint but the last and a stop's is uploaded in the background: a new one first
         waits for the one before, and an upload's error is raised in the training thread
         (between two calls of the loop, at the next checkpoint or at the end).

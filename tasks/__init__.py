@@ -1,7 +1,9 @@
 """Data for runexp: corpora, vocabularies, tokenisers, BERT instances, records, seqio tasks.
 
-Light modules (no TensorFlow, no seqio) and heavy ones (``seqio_tasks``, ``seqio_vocabulary``)
-are kept apart so the compiler and the worker processes import only what they need.
+A layer above the compiler's plan and below the runtime (docs/LAYERS.md): tasks read the specs
+and the plan, never the runtime but its ``storage``. Light modules (no TensorFlow, no seqio)
+and heavy ones (``seqio_tasks``, ``seqio_vocabulary``) are kept apart so the worker processes
+import only what they need.
 
 ``register(output_root)`` makes a finished experiment's data readable by any seqio user
 (t5x, notebooks): it registers every pretraining task and mixture of the experiment with its

@@ -222,7 +222,7 @@ def test_records_on_gcs_are_listed_when_planning_and_checked_when_run(made, gcs_
     from runexp.compiler.state import plan_states
     from runexp.runtime import storage
     from runexp.runtime.executor import run_stage
-    from runexp.runtime.storage.mirror import Mirror
+    from runexp.runtime.gcs_mirror import Mirror
 
     for name in ("train.tfrecord", "train2.tfrecord", "valid.tfrecord"):
         storage.write_bytes(f"{gcs_prefix}/records/{name}", (made / name).read_bytes())

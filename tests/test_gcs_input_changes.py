@@ -66,7 +66,7 @@ def _stage_block(out: str, stage_id: str) -> str:
 def _run(plan, stage_ids, cache_dir, monkeypatch):
     """Runs the given stages of ``plan`` for real, as the executor does for a gs:// root."""
     from runexp.runtime.executor import run_stage
-    from runexp.runtime.storage.mirror import Mirror
+    from runexp.runtime.gcs_mirror import Mirror
 
     monkeypatch.setenv("RUNEXP_CACHE_DIR", str(cache_dir))
     mirror = Mirror(plan)
@@ -174,7 +174,7 @@ def test_rebuilt_after_the_change_then_reused(corpus, tmp_path, capsys, monkeypa
 
 
 def test_the_mirror_keeps_copies_by_generation_and_crc32c(corpus, tmp_path, monkeypatch):
-    from runexp.runtime.storage import mirror as mirror_module
+    from runexp.runtime import gcs_mirror as mirror_module
 
     root = corpus
     gin = tmp_path / "exp.gin"

@@ -560,7 +560,7 @@ def test_a_checkpoint_dropped_locally_still_uploads_from_its_snapshot(experiment
     """keep 1: saving ckpt-6 deletes ckpt-4's local files while ckpt-4's upload is held in
     flight. The upload reads its snapshot (hard links): once released it completes, and the
     bucket ends with ckpt-6 alone, every deletion after the commit that replaced it."""
-    from runexp.runtime.storage import mirror
+    from runexp.runtime import gcs_mirror as mirror
 
     hold = Hold()
     experiment.proxy.hook(hold, match="upload", key=r"/ckpt-4\.data-")

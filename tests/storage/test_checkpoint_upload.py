@@ -31,7 +31,8 @@ import checkpoint_run  # noqa: F401 - puts tests/runtime on sys.path (runtime_te
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime import storage
 from runexp.runtime.stop_planner import StopPlanner
-from runexp.runtime.storage import mirror, transfer
+from runexp.runtime import gcs_mirror as mirror
+from runexp.runtime.storage import transfer
 from runexp.runtime.storage.background import Background
 
 

@@ -116,7 +116,7 @@ def test_the_executor_refuses_a_gcs_plan_escaping_the_root(gcs_prefix, capsys):
 
 
 def test_a_gcs_input_with_dot_segments_is_not_copied_out_of_the_cache(tmp_path, monkeypatch):
-    from runexp.runtime.storage.mirror import Mirror
+    from runexp.runtime.gcs_mirror import Mirror
 
     monkeypatch.setenv("RUNEXP_CACHE_DIR", str(tmp_path / "cache"))
     mirror = Mirror(_plan("gs://bucket/exp"))

@@ -1,0 +1,133 @@
+"""The direction of imports between runexp's layers (docs/LAYERS.md), checked on every import
+statement of compiler/, tasks/ and runtime/, function-local ones included.
+
+A module may import its own layer and the layers below it, never one above. The light
+layers (base, storage, plan: everything a dry run runs) never import TensorFlow, seqio or
+another heavy library, not even inside a function; the subprocess tests of the CLI prove the
+same of a real dry run (tests/compiler/test_cli.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = {"compiler": "runexp.compiler", "tasks": "runexp.tasks", "runtime": "runexp.runtime"}
+
+# Lowest first: (layer, module prefixes). A module belongs to the first layer one of whose
+# prefixes it starts with, in the order of LAYERS, COMMANDS taking precedence.
+COMMANDS = ("runexp.compiler.cli", "runexp.compiler.diff", "runexp.compiler.diff_metrics",
+            "runexp.runtime.report.command")
+LAYERS = (
+    ("base", ("runexp.compiler.errors", "runexp.compiler.exit_codes", "runexp.compiler.uris",
+              "runexp.compiler.globs", "runexp.compiler.terminal", "runexp.compiler.formats")),
+    ("storage", ("runexp.runtime.storage",)),
+    ("plan", ("runexp.compiler",)),
+    ("tasks", ("runexp.tasks",)),
+    ("runtime", ("runexp.runtime",)),
+    ("commands", COMMANDS),
+)
+LIGHT_LAYERS = ("base", "storage", "plan")
+HEAVY = ("tensorflow", "seqio", "apache_beam", "tf_keras", "keras", "keras_hub",
+         "tensorflow_text", "tensorflow_hub", "torch", "transformers", "matplotlib")
+
+
+def _starts(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> int:
+    if any(_starts(module, c) for c in COMMANDS):
+        return len(LAYERS) - 1
+    for i, (_, prefixes) in enumerate(LAYERS):
+        if any(_starts(module, p) for p in prefixes):
+            return i
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS and docs/LAYERS.md")
+
+
+def modules() -> dict[str, pathlib.Path]:
+    found = {}
+    for folder, package in PACKAGES.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            parts = path.relative_to(REPO / folder).with_suffix("").parts
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            found[".".join((package,) + parts)] = path
+    return found
+
+
+def imports(module: str, path: pathlib.Path, known) -> list[tuple[str, int]]:
+    """(imported name, line) of every import in the file; ``from a import b`` is ``a.b``
+    when that is a module of ours, else ``a``."""
+    found = []
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                full = f"{base}.{a.name}"
+                found.append((full if full in known else base, node.lineno))
+    return found
+
+
+def _own(name: str, known) -> str | None:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def test_every_import_goes_down_the_layers():
+    known = modules()
+    wrong = []
+    for module, path in known.items():
+        mine = layer_of(module)
+        for name, line in imports(module, path, known):
+            target = _own(name, known)
+            if target is None:
+                continue
+            theirs = layer_of(target)
+            if theirs > mine:
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {module} ({LAYERS[mine][0]}) "
+                             f"imports {target} ({LAYERS[theirs][0]})")
+    assert not wrong, "imports against docs/LAYERS.md:\n" + "\n".join(wrong)
+
+
+def test_light_layers_never_import_heavy_libraries():
+    known = modules()
+    wrong = []
+    for module, path in known.items():
+        if LAYERS[layer_of(module)][0] not in LIGHT_LAYERS:
+            continue
+        for name, line in imports(module, path, known):
+            if name.split(".")[0] in HEAVY:
+                wrong.append(f"{path.relative_to(REPO)}:{line}: {module} imports {name}")
+    assert not wrong, "a dry run must not import these:\n" + "\n".join(wrong)
+
+
+def test_the_layers_name_every_module_and_the_doc_names_the_layers():
+    doc = (REPO / "docs" / "LAYERS.md").read_text(encoding="utf-8")
+    for module in modules():
+        layer_of(module)  # raises for a module in no layer
+    for name, prefixes in LAYERS:
+        assert f"| {name} |" in doc, f"docs/LAYERS.md has no row for the {name} layer"
+        for prefix in prefixes:
+            assert f"`{prefix.removeprefix('runexp.')}`" in doc, (
+                f"docs/LAYERS.md does not list {prefix} in the {name} layer")
+
+
+def test_the_checker_sees_a_forbidden_edge(tmp_path):
+    """The walk finds function-local imports and resolves `from a import b` to module a.b."""
+    path = tmp_path / "m.py"
+    path.write_text("def f():\n    from runexp.runtime import storage\n"
+                    "    import tensorflow as tf\n", encoding="utf-8")
+    known = {"runexp.runtime.storage": path}
+    assert imports("runexp.compiler.m", path, known) == [("runexp.runtime.storage", 2),
+                                                          ("tensorflow", 3)]
+    assert layer_of("runexp.runtime.storage") < layer_of("runexp.compiler.m") < layer_of(
+        "runexp.tasks.x") < layer_of("runexp.runtime.trainer") < layer_of("runexp.compiler.cli")
