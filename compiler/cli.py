@@ -33,6 +33,16 @@ from typing import Optional, Sequence
 from runexp.compiler.arguments import ArgumentParser
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_PENDING, EXIT_USER_ERROR
 from runexp.compiler.terminal import highlight
+from runexp.compiler.errors import Location, Problem, UserError, did_you_mean
+from runexp.compiler.estimates import estimates
+from runexp.compiler.gcs_inputs import OFFLINE, SKIP_ENV
+from runexp.compiler.plan import Plan
+from runexp.compiler.planner import compile_experiment
+from runexp.compiler.preflight import errors as preflight_errors, preflight
+from runexp.compiler.render import render_plan
+from runexp.compiler.schema import CONFIGURABLES
+from runexp.compiler.selection import select
+from runexp.compiler.state import REUSE, SKIP, plan_states, stage_state
 
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"  # read by the executor
 CHILD_ENV = "RUNEXP_RELAUNCHED_CHILD"  # set in children of the relaunch loop
@@ -126,9 +136,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _explain(compiled, names: Sequence[str]) -> tuple[str, bool]:
-    from runexp.compiler.errors import did_you_mean
-    from runexp.compiler.schema import CONFIGURABLES
-
     out, ok = [], True
     for name in names:
         if "." not in name:
@@ -154,9 +161,6 @@ def _explain(compiled, names: Sequence[str]) -> tuple[str, bool]:
 
 def _load_saved_plan(path: str):
     """Reads a --plan_out file and checks that compiling its sources again gives the same plan."""
-    from runexp.compiler.errors import Location, Problem, UserError
-    from runexp.compiler.plan import Plan
-    from runexp.compiler.planner import compile_experiment
 
     try:
         with open(path, encoding="utf-8") as f:
@@ -187,7 +191,6 @@ def _status(argv: Sequence[str]) -> int:
     stands, and a live run's progress (runtime/status.py)."""
     import json
 
-    from runexp.compiler.plan import Plan
     from runexp.runtime import status
 
     p = ArgumentParser(prog="runexp status", allow_abbrev=False,
@@ -230,9 +233,6 @@ def _unlock(argv: Sequence[str]) -> int:
 
 def _inspect(argv: Sequence[str]) -> int:
     """`runexp inspect --gin_file=... [--task=NAME] [-n 5]`: decoded pretraining examples."""
-    from runexp.compiler.errors import UserError
-    from runexp.compiler.planner import compile_experiment
-    from runexp.compiler.state import REUSE, stage_state
 
     p = ArgumentParser(prog="runexp inspect", allow_abbrev=False,
                 description="Decode examples of a preprocessed pretraining task: masked "
@@ -336,13 +336,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             return EXIT_USER_ERROR
         import os
 
-        from runexp.compiler.gcs_inputs import OFFLINE, SKIP_ENV
-
         os.environ[SKIP_ENV] = OFFLINE
-    from runexp.compiler.errors import UserError
-    from runexp.compiler.planner import compile_experiment
-    from runexp.compiler.render import render_plan
-    from runexp.compiler.state import REUSE, plan_states
 
     try:
         if args.plan_file:
@@ -369,15 +363,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"error: cannot write --plan_out {args.plan_out!r}: {e.strerror}",
                   file=sys.stderr)
             return EXIT_USER_ERROR
-    from runexp.compiler.selection import select
-    from runexp.compiler.state import SKIP
 
     try:
         states = select(plan, plan_states(plan, offline=args.offline), args.until, args.only)
     except UserError as e:
         print(highlight(e.render()), file=sys.stderr)
         return EXIT_USER_ERROR
-    from runexp.compiler.preflight import errors as preflight_errors, preflight
 
     findings = preflight(plan, offline=args.offline)
     problems = preflight_errors(findings)
@@ -385,8 +376,6 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         if args.plan_format == "json":
             import dataclasses
             import json
-
-            from runexp.compiler.estimates import estimates
 
             d = plan.to_dict()
             d["actions"] = {k: {"action": s.action, "reason": s.reason} for k, s in states.items()}

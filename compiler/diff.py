@@ -47,6 +47,10 @@ from runexp.compiler.plan_diff import ABSENT, DROP, PlanDiff, ValueChange, diff_
 from runexp.compiler.render import PARTICIPLES, SYMBOLS
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE
 from runexp.compiler.terminal import highlight
+from runexp.compiler.diff_metrics import metric_rows
+from runexp.compiler.gcs_inputs import OFFLINE, SKIP_ENV
+from runexp.compiler.planner import compile_experiment
+from runexp.runtime.report.collect import NoExperiment, collect
 
 _SIDE_HINT = ("OLD and NEW are each a gin experiment file, an experiment's output root (the "
               "directory or gs:// prefix holding plan.json after a run), or a plan saved with "
@@ -84,7 +88,6 @@ def _near(path: str) -> str:
 @contextlib.contextmanager
 def _offline():
     """The compile of `--dry_run --offline`: gs:// inputs are not listed (no storage)."""
-    from runexp.compiler.gcs_inputs import OFFLINE, SKIP_ENV
 
     before = os.environ.get(SKIP_ENV)
     os.environ[SKIP_ENV] = OFFLINE
@@ -98,8 +101,6 @@ def _offline():
 
 
 def _run(given: str) -> Side:
-    from runexp.runtime.report.collect import NoExperiment, collect  # no TensorFlow
-
     try:
         report = collect(given, draw=False)
     except NoExperiment as e:
@@ -124,8 +125,6 @@ def _saved_plan(given: str) -> Side:
 
 
 def _gin(given: str, search_paths: Sequence[str]) -> Side:
-    from runexp.compiler.planner import compile_experiment
-
     with _offline():
         plan = compile_experiment([given], (), search_paths).plan
     return Side(given, "gin file", plan)
@@ -190,8 +189,6 @@ def _stage_lines(d: PlanDiff) -> list[str]:
 
 
 def _metric_lines(old: Side, new: Side) -> list[str]:
-    from runexp.compiler.diff_metrics import metric_rows
-
     rows = metric_rows(old.run, new.run)
     if not rows:
         return ["  none yet: neither run has a finished evaluate or finetune stage"]

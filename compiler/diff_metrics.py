@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Optional
+from runexp.runtime.report.collect import RootReader
 
 # The file the evaluate and finetune stages write (their modules import TensorFlow, so the
 # name is repeated here; tests/compiler/test_diff.py checks that they agree).
@@ -60,7 +61,6 @@ def _stage_metrics(reader, stage_report) -> dict:
 
 def _metrics(report) -> dict[tuple[str, str], tuple[float, bool]]:
     """{(stage id, metric): (value, higher is better)} of a run's finished stages."""
-    from runexp.runtime.report.collect import RootReader  # no TensorFlow
 
     reader = RootReader(report.root)
     out: dict[tuple[str, str], tuple[float, bool]] = {}

@@ -27,6 +27,9 @@ from typing import Optional, Union
 
 from runexp.compiler import globs
 from runexp.compiler.fingerprint import digest
+from runexp.runtime import storage
+from runexp.runtime.storage import RetryBudgetExceeded
+from runexp.runtime.storage.retry import error_label, is_transient
 
 SKIP_ENV = "RUNEXP_NO_INPUT_LISTING"
 OFFLINE = "offline"  # SKIP_ENV's value under `runexp --dry_run --offline`
@@ -103,8 +106,6 @@ class InputLister:
         return listing
 
     def _fetch(self, pattern: str) -> Listing:
-        from runexp.runtime import storage  # no TensorFlow; google-cloud-storage on first use
-
         base = storage.retry_policy()
         quick = dataclasses.replace(base, max_tries=min(base.max_tries, 2),
                                     timeout=min(base.timeout, 10.0),
@@ -131,9 +132,6 @@ def _why(exc: Exception) -> tuple[str, bool]:
     """Why nothing was listed, and whether storage is unreachable altogether. Never the
     exception's own text (it may carry URLs or account names)."""
     from google.auth import exceptions as auth_exceptions
-
-    from runexp.runtime.storage import RetryBudgetExceeded
-    from runexp.runtime.storage.retry import error_label, is_transient
 
     if isinstance(exc, auth_exceptions.DefaultCredentialsError):
         return NO_CREDENTIALS, True

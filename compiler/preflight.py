@@ -20,6 +20,7 @@ from typing import Iterable, Optional
 
 from runexp.compiler import gcs_inputs, globs, uris
 from runexp.compiler.plan import Plan
+from runexp.runtime import storage
 
 
 def zone_region(zone: Optional[str]) -> Optional[str]:
@@ -108,7 +109,6 @@ def preflight(plan: Plan, offline: bool = False) -> list[str]:
         findings = _local_root(plan.output_root)
         inputs = _gcs_inputs(plan)
         if inputs and not offline:  # a local root reading gs:// inputs: they must exist too
-            from runexp.runtime import storage  # no TensorFlow
 
             listed = {k: v for stage in plan.stages
                       for k, v in (stage.input_objects or {}).items()}
@@ -117,7 +117,6 @@ def preflight(plan: Plan, offline: bool = False) -> list[str]:
     if offline:
         return ["skipped: offline planning (--offline): the bucket, access and gs:// inputs "
                 "were not checked"]
-    from runexp.runtime import storage  # no TensorFlow; google-cloud-storage on first use
 
     accel = plan.accelerator or {}
     findings = storage.preflight(plan.output_root, region=zone_region(accel.get("zone")),

@@ -32,6 +32,7 @@ from typing import Any, Optional
 from runexp.compiler import uris
 from runexp.compiler.kinds import TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
+from runexp.runtime import storage
 
 STARTED_FILE = "STARTED.json"
 
@@ -59,8 +60,6 @@ class _Files:
     def __init__(self, gcs: bool):
         self.storage = None
         if gcs:
-            from runexp.runtime import storage
-
             self.storage = storage
 
     def text(self, path: str) -> Optional[str]:

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 from typing import Any, Mapping
+from runexp.tasks.tokenizer import REPORT_FILE, load_tokenizer
 
 CONFIG_FILE = "bert_config.json"
 
@@ -64,7 +65,6 @@ def write_bert_config(config: BertConfig, directory: str) -> str:
 
 def check_vocab(config: BertConfig, vocab_dir: str | None) -> None:
     """Refuses a model whose vocab_size is smaller than the vocab's token count."""
-    from runexp.tasks.tokenizer import REPORT_FILE, load_tokenizer  # light: no TensorFlow
 
     if not vocab_dir or not os.path.exists(os.path.join(vocab_dir, REPORT_FILE)):
         return

@@ -35,6 +35,12 @@ from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, SKIP, STARTED
                                    StageState, plan_states)
 from runexp.compiler.terminal import highlight, paint
 from runexp.runtime.context import StageContext
+from runexp.compiler import wall_time
+from runexp.compiler.model_sizes import parameter_count
+from runexp.compiler.state import stage_state
+from runexp.runtime import cluster, storage
+from runexp.runtime.gcs_mirror import Mirror
+from runexp.runtime.run_lock import LockHeld, RunLock
 
 SUPERSEDED_DIR = ".superseded"
 # Absolute time (time.time()) by which training stops with a checkpoint; set by the CLI from
@@ -111,13 +117,11 @@ def _deadline_margin_s(plan: Plan, stage: Stage) -> float | None:
     """Seconds a training stage keeps free before the deadline: the plan's
     wall_time_margin_minutes, else the automatic margin of its budget and model size
     (compiler/wall_time.py, the numbers the plan shows); None without a budget in the plan."""
-    from runexp.compiler import wall_time
 
     launch = plan.launch or {}
     minutes, hours = launch.get("wall_time_margin_minutes"), launch.get("wall_time_hours")
     if minutes is None and not hours:
         return None
-    from runexp.compiler.model_sizes import parameter_count
 
     try:
         parameters = parameter_count(stage.params["model"])
@@ -132,7 +136,6 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
     With a `mirror` (gs:// output root) the handler works on local copies and its outputs are
     uploaded and verified before MANIFEST.json and COMPLETED are written remotely.
     """
-    from runexp.runtime import storage
 
     handler = importlib.import_module(f"runexp.runtime.stages.{stage.kind}")
     start = time.time()
@@ -156,7 +159,6 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
         if any(uris.is_gcs(v) for v in uris.strings_in(view.inputs)):
             # A local root reading gs:// inputs (a corpus, a vocab, a released checkpoint):
             # downloaded into the input cache in the listed versions, like a gs:// root's.
-            from runexp.runtime.gcs_mirror import Mirror
 
             view = Mirror(plan).local_inputs(view, in_place)
         ctx = StageContext(stage=view, plan=plan, work_dir=stage.output_dir)
@@ -175,8 +177,6 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
 
 
 def _read_summary(stage: Stage) -> dict:
-    from runexp.runtime import storage
-
     try:
         return json.loads(storage.read_text(storage.join(stage.output_dir, MANIFEST_FILE))
                           ).get("summary", {})
@@ -251,7 +251,6 @@ def _load_tensorflow_quietly(accelerator: dict, multi_worker: bool = False) -> N
 def _confine(plan: Plan) -> None:
     """Refuses, before anything is written, a plan that would write outside its output root:
     a stage directory with ``..`` segments, or behind (or holding) a symlink leading out."""
-    from runexp.runtime import storage
 
     for name in ("plan.json", "operative_config.gin"):
         storage.confined(plan.output_root, uris.join(plan.output_root, name))
@@ -267,7 +266,6 @@ WORKER_POLL_SECONDS = 2.0
 
 def _wait_until_done(stages, what: str) -> None:
     """Blocks until every stage in `stages` is finished (COMPLETED, same fingerprint)."""
-    from runexp.compiler.state import stage_state
 
     waited, said = 0.0, -60.0
     for stage in stages:
@@ -284,15 +282,10 @@ def _run_as_worker(plan: Plan) -> int:
     stage the chief runs, in a private directory; writes nothing under the output root."""
     import tempfile
 
-    from runexp.compiler.state import stage_state
-    from runexp.runtime import cluster
-
     _say(f"runexp: {cluster.worker_name()} of a multi-worker run on {plan.output_root}: the "
          "chief builds and writes everything; this worker joins the training stages")
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.gcs_mirror import Mirror
-
         mirror = Mirror(plan)
     by_id = {s.id: s for s in plan.stages}
     for stage in plan.stages:
@@ -323,7 +316,6 @@ def _run_as_worker(plan: Plan) -> int:
 def run_plan(plan: Plan, until: Sequence[str] = (), only: Sequence[str] = ()) -> int:
     """Runs every stage of `plan` that is not already done (of those ``--until``/``--only``
     select: compiler/selection.py). Returns an exit code."""
-    from runexp.runtime import cluster, storage
 
     try:
         _confine(plan)
@@ -335,7 +327,6 @@ def run_plan(plan: Plan, until: Sequence[str] = (), only: Sequence[str] = ()) ->
         _load_tensorflow_quietly(plan.accelerator, multi_worker=True)
     if not cluster.is_chief():
         return _run_as_worker(plan)
-    from runexp.runtime.run_lock import LockHeld, RunLock
 
     try:
         lock = RunLock.acquire(plan.output_root, command=" ".join(sys.argv))
@@ -392,12 +383,9 @@ def _run_stages(plan: Plan, until: Sequence[str], only: Sequence[str], lock) -> 
 def _prepare_root(plan: Plan):
     """Writes the truth next to the results (the exact plan and the values it was compiled
     from); returns the GCS mirror of a gs:// root, or None for a local one."""
-    from runexp.runtime import storage
 
     mirror = None
     if uris.is_gcs(plan.output_root):
-        from runexp.runtime.gcs_mirror import Mirror
-
         mirror = Mirror(plan)
     else:
         os.makedirs(plan.output_root, exist_ok=True)
@@ -410,7 +398,6 @@ def _prepare_root(plan: Plan):
 def _run_one(plan: Plan, stage, state, mirror) -> tuple[dict | None, int | None]:
     """Runs one stage: (its summary, None), or (None, the exit code) after saying why it
     stopped. Finished stages are kept whatever happens here."""
-    from runexp.runtime import storage
 
     try:
         if stage.kind in TF_KINDS:

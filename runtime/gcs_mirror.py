@@ -48,6 +48,8 @@ from runexp.compiler.plan import Plan, Stage
 from runexp.runtime import storage
 from runexp.runtime.storage import transfer
 from runexp.runtime.storage.background import Background, Job
+from runexp.runtime.progress import Meter
+from runexp.tasks.input_files import pinned
 
 # Written last by sync: TensorFlow's pointer to the latest checkpoint.
 CHECKPOINT_STATE = "checkpoints/checkpoint"
@@ -124,7 +126,6 @@ class Mirror:
         # plan has no listing: compiled offline, or an older plan).
         listing = self._listing(value)
         if in_place:
-            from runexp.tasks.input_files import pinned
             return [pinned(uri, listing[uri].get("generation")) for uri in sorted(listing)]
         local = self._download_inputs(value, listing)
         if not globs.has_magic(value) and value not in listing:
@@ -153,7 +154,6 @@ class Mirror:
     def _download_inputs(self, value: str, listing: dict) -> list[str]:
         """The listed objects of one input, downloaded (or found cached), with progress in
         bytes (runtime/progress.py: a bar on a terminal, a line every 15 s in a log)."""
-        from runexp.runtime.progress import Meter
 
         total = sum(int(o.get("size") or 0) for o in listing.values())
         with Meter(f"    reading {value}", total=total or None, unit="B",

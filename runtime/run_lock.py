@@ -31,6 +31,7 @@ import uuid
 from typing import Optional
 
 from runexp.compiler import uris
+from runexp.runtime import storage
 
 LOCK_FILE = "RUN_LOCK.json"
 HEARTBEAT_SECONDS = 30.0
@@ -82,7 +83,6 @@ def stale_reason(record: dict, now: Optional[float] = None) -> Optional[str]:
 
 def read(root: str) -> Optional[dict]:
     """The lock record of ``root``, or None when no run holds it (or it is unreadable)."""
-    from runexp.runtime import storage
 
     try:
         return json.loads(storage.read_text(lock_path(root)))
@@ -104,7 +104,6 @@ class RunLock:
     @classmethod
     def acquire(cls, root: str, command: str = "") -> "RunLock":
         """Takes the lock of ``root``, replacing a stale one. Raises LockHeld."""
-        from runexp.runtime import storage
 
         now = time.time()
         record = {"host": socket.gethostname(), "pid": os.getpid(), "started": now,
@@ -136,8 +135,6 @@ class RunLock:
         self._write()
 
     def _write(self) -> None:
-        from runexp.runtime import storage
-
         with self._mutex:
             self.record["heartbeat"] = time.time()
             text = json.dumps(self.record, indent=2)
@@ -158,8 +155,6 @@ class RunLock:
             self._write()
 
     def release(self) -> None:
-        from runexp.runtime import storage
-
         self._stop.set()
         current = read(self.root)
         if current is not None and current.get("token") == self.record["token"]:
@@ -178,7 +173,6 @@ class RunLock:
 def break_lock(root: str, force: bool = False) -> str:
     """`runexp unlock`: removes the lock of ``root``; a live one only with ``force``.
     Returns what was done, for the console. Raises LockHeld for a live lock without force."""
-    from runexp.runtime import storage
 
     held = read(root)
     if held is None:

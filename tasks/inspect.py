@@ -24,6 +24,7 @@ import numpy as np
 from runexp.compiler.formats.protobuf_wire import fields, read_varint
 from runexp.tasks.records import iter_records
 from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.records import cached_tasks, read_masking
 
 MAX_STATS_RECORDS = 200_000  # length statistics read at most this many records
 _ONE_F32 = struct.pack("<f", 1.0)
@@ -32,7 +33,6 @@ _ONE_F32 = struct.pack("<f", 1.0)
 def records_dir(data_dir: str) -> str:
     """Where a directory's records are: a preprocess stage directory's task cache
     (``<stage dir>/<task>/``), else the directory itself."""
-    from runexp.tasks.records import cached_tasks  # light
 
     found = cached_tasks(data_dir) if os.path.isdir(data_dir) else {}
     return next(iter(found.values())) if len(found) == 1 else data_dir
@@ -193,7 +193,6 @@ def inspect_examples(data_dir: str, vocab_dir: str, split: str, n: int) -> str:
     out = [f"{data_dir} / {split}: {len(files)} shard(s); the first {n} example(s)",
            "  marks: [MASK→x] masked (original x), {y→x} random token y (original x), "
            "<x> kept; all are predicted", ""]
-    from runexp.tasks.records import read_masking  # light
     if os.path.isdir(data_dir) and read_masking(records_dir(data_dir), split) is not None:
         out[-1:] = ["  this split is masked at training time (dynamic_masking): shown unmasked, "
                     "with 0 predicted", ""]

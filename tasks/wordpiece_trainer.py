@@ -30,6 +30,7 @@ import os
 from typing import Sequence
 
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS
+from runexp.tasks.wordpiece import WordPieceTokenizer
 
 VOCAB_FILE = "vocab.txt"
 CHARACTER_COVERAGE = 0.9995
@@ -38,7 +39,6 @@ _WORD_START = "\u2581"  # SentencePiece's "▁"
 
 def _words(sentences: Sequence[str], do_lower_case: bool) -> list[str]:
     """Each sentence as BERT's BasicTokenizer splits it, words joined by single spaces."""
-    from runexp.tasks.wordpiece import WordPieceTokenizer
 
     basic = WordPieceTokenizer({}, do_lower_case=do_lower_case)
     out = []

@@ -16,6 +16,7 @@ from runexp.compiler.formats.huggingface_dir import (RUNEXP_ACTIVATION, TOKENIZE
                                              HuggingFaceDir)
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.huggingface_init import HuggingFaceInit
+from runexp.compiler.formats.checkpoint_index import CheckpointIndexError, read_index
 
 # Google's released checkpoints live in directories named like uncased_L-12_H-768_A-12.
 GOOGLE_RELEASE = re.compile(r"(?:^|/)(?:wwm_)?(?P<name>uncased|cased|multi_cased|multilingual|"
@@ -170,7 +171,6 @@ def _local_checkpoint_shapes(ctx: PlanContext, prefix: str,
                              location: Optional[Location]) -> dict:
     """The model fields a local checkpoint's variables pin down (Google's names), read from
     its .index (compiler/formats/checkpoint_index.py); a missing or corrupt checkpoint is an error."""
-    from runexp.compiler.formats.checkpoint_index import CheckpointIndexError, read_index
 
     try:
         variables = read_index(prefix)

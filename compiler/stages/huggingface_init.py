@@ -25,6 +25,7 @@ from runexp.compiler.errors import Location
 from runexp.compiler.formats.huggingface_dir import (CONFIG_FILE, HuggingFaceDir, HuggingFaceDirError,
                                              read_huggingface_dir)
 from runexp.compiler.stages.common import PlanContext
+from runexp.runtime import storage
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,8 +84,6 @@ def _read(ctx: PlanContext, init: str, location) -> Optional[HuggingFaceInit]:
 def _record(ctx: PlanContext, init: str, location) -> Optional[HuggingFaceInit]:
     kwargs = {}
     if uris.is_gcs(init):
-        from runexp.runtime import storage  # no TensorFlow; google-cloud-storage
-
         # The directory's listing (made once for the fingerprint) answers "exists" without a
         # request per file.
         listing = ctx.gcs.directory(init)

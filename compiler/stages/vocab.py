@@ -31,6 +31,7 @@ from runexp.compiler.specs.source import APPLIES
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.huggingface_init import HuggingFaceInit
 from runexp.compiler.stages.mixture import member_files, member_source, pretraining_members
+from runexp.compiler.user_modules import planned_modules
 
 TASK = "bert_pretraining_task"
 
@@ -132,8 +133,6 @@ def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, l
     inputs["sources"] = sources
     fps["sources"] = settings_fps
     if seqio:
-        from runexp.compiler.user_modules import planned_modules
-
         inputs["modules"], modules_fps = planned_modules(ctx)
         fps.update(modules_fps)
     return inputs, fps, sorted(set(deps))

@@ -12,6 +12,9 @@ from typing import Optional
 
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.runtime.report import curves
+from runexp.compiler.estimates import estimates as plan_estimates
+from runexp.runtime import storage
+from runexp.runtime.storage import list_objects
 
 
 PLAN_FILE = "plan.json"
@@ -49,8 +52,6 @@ class RootReader:
         self.root = root.rstrip("/") or "/"
         self.gcs = self.root.startswith("gs://")
         if self.gcs:
-            from runexp.runtime import storage
-
             self._storage = storage
 
     def join(self, *parts: str) -> str:
@@ -77,8 +78,6 @@ class RootReader:
     def files(self, directory: str) -> list[tuple[str, int]]:
         out = []
         if self.gcs:
-            from runexp.runtime.storage import list_objects
-
             prefix = directory.rstrip("/") + "/"
             try:
                 for uri, blob in list_objects(directory):
@@ -185,8 +184,6 @@ def collect(root: str, draw: bool = True) -> Report:
         stages.append(sr)
     estimates, error = {}, ""
     try:
-        from runexp.compiler.estimates import estimates as plan_estimates
-
         estimates = plan_estimates(plan)
     except Exception as e:  # noqa: BLE001 - the report goes on without estimates
         error = f"{type(e).__name__}: {e}"

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from runexp.compiler.arguments import ArgumentParser
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_USER_ERROR
+from runexp.runtime.report import report
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -32,7 +33,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    from runexp.runtime.report import report
 
     root = args.output_root
     try:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 from runexp.compiler.plan import Stage
 from runexp.runtime.report.collect import (DONE, KEY_PARAMS, NOT_STARTED, OUT_OF_DATE, STARTED,
                                            StageReport)
+from runexp.compiler.model_sizes import parameter_count
 
 
 
@@ -48,8 +49,6 @@ def pct(v: Optional[float]) -> str:
 
 
 def _model(model: dict) -> str:
-    from runexp.compiler.model_sizes import parameter_count
-
     try:
         n = parameter_count(model)
         size = f", {n / 1e6:.1f} M parameters" if n >= 1e5 else f", {n:,} parameters"

@@ -32,6 +32,7 @@ from runexp.runtime.report.collect import (REPORT_FILE, NoExperiment, Report,  #
                                            collect)
 from runexp.runtime.report.format import duration  # noqa: F401 - used by tests and callers
 from runexp.runtime.report.sections import render
+from runexp.runtime import storage
 
 
 def build(root: str) -> str:
@@ -46,8 +47,6 @@ def write(root: str, html_text: str, out: Optional[str] = None,
     out = out or (f"{root}/{REPORT_FILE}" if root.startswith("gs://")
                   else os.path.join(root, REPORT_FILE))
     if out.startswith("gs://"):
-        from runexp.runtime import storage
-
         (write_text or storage.write_text)(out, html_text)
         return out
     parent = os.path.dirname(os.path.abspath(out))

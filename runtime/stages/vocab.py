@@ -24,6 +24,7 @@ from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
 from runexp.tasks import vocab_dir
 from runexp.tasks.text_files import expand_globs, iter_documents, sample_sentences
+from runexp.tasks.sentence_split import split_text
 
 _DIAGNOSTIC_LINES = 20_000
 
@@ -55,7 +56,6 @@ def _files(what: str, files: list) -> str:
 
 def _seqio_documents(source: SourceSpec, split: str, modules) -> Iterator[list]:
     from runexp.tasks.seqio_sources import iter_documents as seqio_documents
-    from runexp.tasks.sentence_split import split_text
 
     for text in seqio_documents(source, split, modules):
         sentences = split_text(text)
