@@ -32,6 +32,7 @@ from typing import Any, Optional
 from runexp.compiler import uris
 from runexp.compiler.kinds import TRAINING_KINDS
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
+from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime import storage
 
 STARTED_FILE = "STARTED.json"
@@ -112,7 +113,7 @@ def _format_changes(old: dict, new: dict) -> list[str]:
     a, b = _formats(old), _formats(new)
     out = []
     for task in sorted(set(a) | set(b)):
-        fa, fb = a.get(task, ("sentence_lines", None)), b.get(task, ("sentence_lines", None))
+        fa, fb = a.get(task, (SourceSpec.format, None)), b.get(task, (SourceSpec.format, None))
         if fa != fb:
             out.append(f"task {task} is read as {fb[0]!r}, was {fa[0]!r}" if fa[0] != fb[0] else
                        f"task {task} reads text_field {fb[1]!r}, was {fa[1]!r}")

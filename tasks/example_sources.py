@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from runexp.compiler import uris
 from runexp.compiler.errors import Problem, UserError
+from runexp.compiler.specs.source_formats import TEXT_FORMATS, listed
 from runexp.compiler.formats.example_peek import (BERT_FEATURES, check_features, expected_features,
                                           parse_example)
 from runexp.tasks import records
@@ -59,13 +60,13 @@ def cache_examples(ctx, config, cache_dir: str) -> dict:
     checks = ValueChecks(cached_tokenizer(ctx.inputs["vocab_dir"]).vocab_size,
                          config.max_seq_length)
     try:
-        if config.source.format == "bert_tfrecord":
-            num_shards, counts = _adopt_tfrecords(ctx, config, staging, checks)
-        elif config.source.format == "seqio_bert_features":
-            num_shards, counts = _cache_seqio_task(ctx, config, staging, checks)
-        else:
+        if config.source.makes_instances:
             raise ValueError(f"format {config.source.format!r} is not one of ready-made "
                              "examples")
+        if config.source.reads_seqio:
+            num_shards, counts = _cache_seqio_task(ctx, config, staging, checks)
+        else:  # TFRecord files
+            num_shards, counts = _adopt_tfrecords(ctx, config, staging, checks)
         commit(staging, cache_dir, num_shards, config.max_seq_length,
                config.masking.max_predictions_per_seq, counts)
     finally:
@@ -155,8 +156,8 @@ def _adopt_file(path: str, spec: dict, seq: int, preds: int, checks: ValueChecks
                 f"{path}: damaged, or not a TFRecord file (at or after record {index}): "
                 f"{e.message.strip()}",
                 hint="bert_tfrecord reads the TFRecord files create_pretraining_data.py "
-                     "writes; for text, choose format = 'sentence_lines', 'paragraphs' or "
-                     "'jsonl'")) from e
+                     f"writes; for text, choose format = {listed(TEXT_FORMATS, quote=True)}"
+                     )) from e
         try:
             parsed = tf.io.parse_example(raw, spec)
         except tf.errors.InvalidArgumentError as e:

@@ -41,6 +41,7 @@ import tensorflow as tf
 
 from runexp.compiler.errors import UserError, did_you_mean
 from runexp.compiler.specs.source import SourceSpec
+from runexp.compiler.specs.source_formats import SEQIO_TASK, TFDS_DATASET
 
 DOCUMENTS_DIR = "documents"  # under the spill directory: <split>.jsonl
 DOCUMENT_SEED = 0
@@ -125,9 +126,10 @@ def iter_documents(source: SourceSpec, split: str, modules: Sequence[Mapping] = 
     ``seqio_documents`` source, in order, streamed (the gin imports ``modules`` imported
     first). Each document's text decoded as UTF-8 (invalid bytes replaced)."""
     import_user_modules(modules)
-    if source.format == "tfds":
+    reads = source.source_format.reads
+    if reads == TFDS_DATASET:
         ds, what = _tfds_dataset(source, split)
-    elif source.format == "seqio_documents":
+    elif reads == SEQIO_TASK and source.makes_instances:
         ds, what = _task_dataset(source, split)
     else:
         raise ValueError(f"format {source.format!r} is not read as documents")
@@ -263,6 +265,6 @@ def write_documents(ctx, config, spill_dir: str):
 
 def _describe(source: SourceSpec, split: str) -> str:
     wanted = source_split(source, split)
-    if source.format == "tfds":
+    if source.source_format.reads == TFDS_DATASET:
         return f"TFDS dataset {source.tfds_name!r} split {wanted!r}"
     return f"seqio task {source.seqio_task!r} split {wanted!r}"

@@ -3,10 +3,11 @@
 The split's files (sorted, concatenated) are cut into byte ranges of equal size, anywhere;
 ``tokenize_range`` reads the lines that start in a range and tokenises them once, into a
 spill (token ids, 2 bytes each for vocabs up to 65,536 ids, and sentence lengths), counting
-every byte it reads. A line is a sentence (``sentence_lines``, the hot path), or the
-range's lines are made sentences by their format (tasks/text_formats.py: ``paragraphs``
-reads on past the range's end to the next sentence end, ``jsonl`` makes every line a
-document). With a word segmenter (``word_segmenter``: Chinese words, tasks/chinese_words.py)
+every byte it reads. The range's lines are read by their text format's reader
+(tasks/text_formats.py: a line is a sentence in ``sentence_lines``; ``paragraphs`` reads on
+past the range's end to the next sentence end; ``jsonl`` makes every line a document), whose
+events (document text, sentences, document breaks) make the range's fragments: runs of
+document text with no break inside the range. With a word segmenter (``word_segmenter``: Chinese words, tasks/chinese_words.py)
 a token that continues a segmented word is stored with ``continuation_bit`` set (the spill's
 dtype leaves room for it). ``build_split_index`` joins the ranges into the split's index:
 documents stitched across range ends, and blocks of documents of ~1/4096 of the split (at
@@ -32,8 +33,8 @@ import numpy as np
 from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import input_files
-from runexp.tasks.text_files import InputIssues, ReadCounter, _fix_line, iter_segment_lines
-from runexp.tasks.text_formats import SegmentText, check_format
+from runexp.tasks.text_files import InputIssues, ReadCounter
+from runexp.tasks.text_formats import reader_class
 from runexp.tasks.tokenizer import cached_tokenizer
 
 _LINES_PER_CALL = 4096
@@ -124,144 +125,144 @@ def _range_path(index_dir: str, index: int, what: str) -> str:
     return os.path.join(index_dir, f"range-{index:05d}.{what}")
 
 
+class _Fragments:
+    """A range's fragments (RangeResult) as they are read: per fragment its sentences and
+    tokens (counted as the spill tokenises them), its segment and its first line."""
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[int], ...] = ([], [], [], [])  # sentences, tokens, segment, line
+        self.head_break = False  # a break before the first fragment
+        self.broken = False      # a break since the last line of document text
+        self.open = False        # the last fragment goes on
+
+    @property
+    def current(self) -> int:
+        return len(self.columns[0]) - 1
+
+    def text(self, segment: int, k: int) -> None:
+        """Line ``k`` of ``segment`` is document text: in the open fragment, or a new one."""
+        if not self.open:
+            if not self.columns[0]:
+                self.head_break = self.broken
+            for column, value in zip(self.columns, (0, 0, segment, k)):
+                column.append(value)
+            self.open = True
+        self.broken = False
+
+    def end_document(self) -> None:
+        self.broken, self.open = True, False
+
+    def count(self, first: int, sentences: np.ndarray, tokens: np.ndarray) -> None:
+        """Adds sentences and tokens to the fragments ``first``, ``first + 1``, ..."""
+        for i in np.flatnonzero(sentences).tolist():
+            self.columns[0][first + i] += int(sentences[i])
+            self.columns[1][first + i] += int(tokens[i])
+
+    def save(self, path: str) -> None:
+        if not self.columns[0]:
+            self.head_break = self.broken  # no fragment: a break anywhere
+        np.save(path, np.array(self.columns, np.int64).reshape(4, -1))
+
+
+class _Spill:
+    """A range's sentences, tokenised ``_LINES_PER_CALL`` at a time into ``range-k.tokens``
+    and ``range-k.lengths``, each counted in its fragment. With a word segmenter, the
+    tokens continuing a word get ``continuation_bit``; lines it cannot line up are noted."""
+
+    def __init__(self, job: RangeJob, fragments: _Fragments, issues: InputIssues):
+        self.tokenizer = cached_tokenizer(job.vocab_dir)
+        self.dtype = token_dtype(self.tokenizer.vocab_size, bool(job.word_segmenter))
+        self.fragments, self.issues = fragments, issues
+        self.words = None
+        if job.word_segmenter:
+            from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
+            self.words = word_segmenter(job.word_segmenter, self.tokenizer)
+            issues.counts.setdefault(UNSEGMENTED, 0)
+            issues.samples.setdefault(UNSEGMENTED, [])
+        self.paths = [_range_path(job.index_dir, job.index, what)
+                      for what in ("tokens", "lengths")]
+        self.lines: list[str] = []
+        self.line_frag: list[int] = []
+        self.line_at: list[tuple[str, int]] = []  # with a segmenter: each line's (file, line)
+        self.sentences = self.tokens = 0
+
+    def __enter__(self) -> "_Spill":
+        self.tokens_out, self.lengths_out = (open(p, "wb") for p in self.paths)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tokens_out.close()
+        self.lengths_out.close()
+
+    def add(self, sentences: list[str], path: str, line: int) -> None:
+        """Sentences of the current fragment, from ``line`` of ``path``."""
+        self.lines.extend(sentences)
+        self.line_frag.extend([self.fragments.current] * len(sentences))
+        if self.words is not None:
+            self.line_at.extend([(path, line)] * len(sentences))
+        if len(self.lines) >= _LINES_PER_CALL:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.lines:
+            return
+        ids, counts = self.tokenizer.encode_lines(self.lines)
+        if self.words is not None:
+            ids = self._mark_continuations(ids, counts)
+        self.tokens_out.write(ids.astype(self.dtype, copy=False).tobytes())
+        kept = counts > 0
+        self.lengths_out.write(counts[kept].astype(np.int32).tobytes())
+        frags = np.asarray(self.line_frag, np.int64)
+        first = int(frags[0])
+        num = int(frags[-1]) - first + 1
+        self.fragments.count(first, np.bincount(frags[kept] - first, minlength=num),
+                             np.bincount(frags - first, weights=counts, minlength=num))
+        self.sentences += int(kept.sum())
+        self.tokens += len(ids)
+        self.lines.clear()
+        self.line_frag.clear()
+
+    def _mark_continuations(self, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        from runexp.tasks.chinese_words import UNSEGMENTED
+        continues, unsegmented = self.words.continuations(self.lines, ids, counts)
+        for i in unsegmented:
+            self.issues.note(UNSEGMENTED, *self.line_at[i])
+        self.line_at.clear()
+        return ids | (continues.astype(np.int32) * continuation_bit(self.dtype))
+
+
 def tokenize_range(job: RangeJob) -> RangeResult:
-    """Phase 1 (a top-level function, for worker pools): reads the range's bytes once,
-    tokenises its sentences and writes ``range-k.tokens`` (ids), ``range-k.lengths`` (int32
-    ids per sentence) and ``range-k.fragments.npy``."""
-    check_format(job.text_format)
-    tokenizer = cached_tokenizer(job.vocab_dir)
-    dtype = token_dtype(tokenizer.vocab_size, bool(job.word_segmenter))
+    """Phase 1 (a top-level function, for worker pools): reads the range's bytes once in its
+    text format, tokenises its sentences and writes ``range-k.tokens`` (ids),
+    ``range-k.lengths`` (int32 ids per sentence) and ``range-k.fragments.npy``."""
+    read = reader_class(job.text_format)
     counter = ReadCounter()
     issues = InputIssues.for_format(job.text_format)
-    by_line = job.text_format == "sentence_lines"
-    words = None
-    line_at: list[tuple[str, int]] = []  # with a segmenter: each line's (file, line)
-    if job.word_segmenter:
-        from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
-        words = word_segmenter(job.word_segmenter, tokenizer)
-        bit = continuation_bit(dtype)
-        issues.counts.setdefault(UNSEGMENTED, 0)
-        issues.samples.setdefault(UNSEGMENTED, [])
-    frag_sentences: list[int] = []
-    frag_tokens: list[int] = []
-    frag_segment: list[int] = []
-    frag_line: list[int] = []
+    fragments = _Fragments()
     segment_lines: list[int] = []
     segment_text: list[bool] = []
-    lines: list[str] = []
-    line_frag: list[int] = []
-    totals = [0, 0]  # sentences, tokens
-    head_break = False
-    broken = False   # a break since the last non-blank line
-    in_frag = False
-    with open(_range_path(job.index_dir, job.index, "tokens"), "wb") as tokens_out, \
-            open(_range_path(job.index_dir, job.index, "lengths"), "wb") as lengths_out:
-
-        def flush():
-            if not lines:
-                return
-            ids, counts = tokenizer.encode_lines(lines)
-            if words is not None:
-                continues, unsegmented = words.continuations(lines, ids, counts)
-                ids = ids | (continues.astype(np.int32) * bit)
-                for i in unsegmented:
-                    issues.note(UNSEGMENTED, *line_at[i])
-                line_at.clear()
-            tokens_out.write(ids.astype(dtype, copy=False).tobytes())
-            kept = counts > 0
-            lengths_out.write(counts[kept].astype(np.int32).tobytes())
-            frags = np.asarray(line_frag, np.int64)
-            first = int(frags[0])
-            num = int(frags[-1]) - first + 1
-            sentences = np.bincount(frags[kept] - first, minlength=num)
-            tokens = np.bincount(frags - first, weights=counts, minlength=num)
-            for i in np.flatnonzero(sentences).tolist():
-                frag_sentences[first + i] += int(sentences[i])
-                frag_tokens[first + i] += int(tokens[i])
-            totals[0] += int(kept.sum())
-            totals[1] += len(ids)
-            lines.clear()
-            line_frag.clear()
-
+    with _Spill(job, fragments, issues) as spill:
         for s, (f, start, end) in enumerate(job.segments):
             path = job.files[f]
             size = input_files.size(path)
             if start == 0:
-                broken, in_frag = True, False  # a file's start
-            if not by_line:
-                reader = SegmentText(path, start, end, job.text_format, job.text_field,
-                                     counter, issues)
-                for k, sentences, doc_break in reader:
-                    if k is not None:  # line k is document text
-                        if not in_frag:
-                            if not frag_sentences:
-                                head_break = broken
-                            frag_sentences.append(0)
-                            frag_tokens.append(0)
-                            frag_segment.append(s)
-                            frag_line.append(k)
-                            in_frag = True
-                        broken = False
-                    if sentences:
-                        lines.extend(sentences)
-                        line_frag.extend([len(frag_sentences) - 1] * len(sentences))
-                        if words is not None:
-                            at = k if k is not None else max(reader.lines - 1, 0)
-                            line_at.extend([(path, at)] * len(sentences))
-                        if len(lines) >= _LINES_PER_CALL:
-                            flush()
-                    if doc_break:
-                        broken, in_frag = True, False
-                segment_lines.append(reader.lines)
-                segment_text.append(reader.has_text)
-                if end >= size:
-                    broken, in_frag = True, False  # a file's end
-                continue
-            owned = 0
-            has_text = False
-            for k, line in iter_segment_lines(path, start, end, counter):
-                owned = k + 1
-                if line is None:
-                    has_text = True
-                    issues.note("giant_lines", path, k)
-                    continue
-                line = line.strip()
-                if not line:
-                    broken, in_frag = True, False
-                    continue
-                has_text = True
-                if not line.isascii():
-                    fixed = _fix_line(line)
-                    if fixed is not None:
-                        line = fixed
-                        issues.note("non_utf8_lines", path, k)
-                if not in_frag:
-                    if not frag_sentences:
-                        head_break = broken
-                    frag_sentences.append(0)
-                    frag_tokens.append(0)
-                    frag_segment.append(s)
-                    frag_line.append(k)
-                    in_frag = True
-                broken = False
-                lines.append(line)
-                line_frag.append(len(frag_sentences) - 1)
-                if words is not None:
-                    line_at.append((path, k))
-                if len(lines) >= _LINES_PER_CALL:
-                    flush()
-            segment_lines.append(owned)
-            segment_text.append(has_text)
+                fragments.end_document()  # a file's start
+            reader = read(path, start, end, job.text_field, counter, issues)
+            for k, sentences, doc_break in reader:
+                if k is not None:  # line k is document text
+                    fragments.text(s, k)
+                if sentences:
+                    spill.add(sentences, path, k if k is not None else max(reader.lines - 1, 0))
+                if doc_break:
+                    fragments.end_document()
+            segment_lines.append(reader.lines)
+            segment_text.append(reader.has_text)
             if end >= size:
-                broken, in_frag = True, False  # a file's end
-        flush()
-    if not frag_sentences:
-        head_break = broken
-    np.save(_range_path(job.index_dir, job.index, "fragments.npy"),
-            np.array([frag_sentences, frag_tokens, frag_segment, frag_line],
-                     np.int64).reshape(4, -1))
+                fragments.end_document()  # a file's end
+        spill.flush()
+    fragments.save(_range_path(job.index_dir, job.index, "fragments.npy"))
     return RangeResult(job.index, counter.bytes, issues, segment_lines, segment_text,
-                       head_break, in_frag, totals[0], totals[1])
+                       fragments.head_break, fragments.open, spill.sentences, spill.tokens)
 
 
 # --- between the phases: the split's index ---------------------------------------------------
@@ -298,18 +299,46 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
     """
     jobs = sorted(jobs, key=lambda j: j.index)
     results = sorted(results, key=lambda r: r.index)
-    index_dir = jobs[0].index_dir
-    files = jobs[0].files
-    # Lines are numbered per file: each segment's lines follow the ones of the segments
-    # before it in the same file.
+    index_dir, files = jobs[0].index_dir, jobs[0].files
+    line_base, file_text = _line_bases(jobs, results, len(files))
+    issues = _file_issues(jobs, results, line_base, file_text)
+    documents = _join_ranges(jobs, results, line_base)
+    for path, line in sorted(documents.empty):
+        issues.note("empty_documents", path, line)
+    counts = _write_documents(index_dir, *documents.arrays())
+    flagged = bool(jobs[0].word_segmenter)
+    meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size, flagged).str,
+            **counts, "input_bytes": sum(input_files.size(p) for p in files),
+            "input_bytes_read": sum(r.bytes_read for r in results),
+            "issues": {"counts": issues.counts,
+                       "samples": {k: [list(s) for s in v] for k, v in issues.samples.items()}}}
+    if flagged:  # tokens continuing a segmented word have this bit set
+        meta["continuation_bit"] = continuation_bit(token_dtype(vocab_size, flagged))
+    with open(os.path.join(index_dir, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    return meta
+
+
+def _line_bases(jobs: Sequence[RangeJob], results: Sequence[RangeResult], num_files: int
+                ) -> tuple[dict[tuple[int, int], int], list[bool]]:
+    """Lines are numbered per file: each segment's lines follow the ones of the segments
+    before it in the same file. The line each (range, segment) starts after; and whether
+    each file has text."""
     line_base: dict[tuple[int, int], int] = {}
-    file_lines = [0] * len(files)
-    file_text = [False] * len(files)
+    file_lines = [0] * num_files
+    file_text = [False] * num_files
     for job, res in zip(jobs, results):
         for s, (f, _, _) in enumerate(job.segments):
             line_base[job.index, s] = file_lines[f]
             file_lines[f] += res.segment_lines[s]
             file_text[f] = file_text[f] or res.segment_text[s]
+    return line_base, file_text
+
+
+def _file_issues(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
+                 line_base: dict, file_text: list[bool]) -> InputIssues:
+    """The ranges' bad input at file line numbers, and the files with no text."""
+    files = jobs[0].files
     issues = InputIssues()
     for job, res in zip(jobs, results):
         segment_of = {files[f]: s for s, (f, _, _) in enumerate(job.segments)}
@@ -322,61 +351,83 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
     for f, path in enumerate(files):
         if not file_text[f]:
             issues.note("empty_files", path, 0)
+    return issues
 
-    doc_sentences: list[np.ndarray] = []
-    doc_tokens: list[np.ndarray] = []
-    empty_docs: list[tuple[str, int]] = []
-    open_doc = False
+
+class _Documents:
+    """The split's documents, stitched from the ranges' fragments in order: a range's last
+    fragment is held back (``pending``) while the next range may go on with it."""
+
+    def __init__(self) -> None:
+        self.sentences: list[np.ndarray] = []
+        self.tokens: list[np.ndarray] = []
+        self.empty: list[tuple[str, int]] = []  # (file, first line) of documents with no token
+        self.pending = None  # (sentences, tokens, first line) of a document still open
+        self.open = False    # the pending document reaches its range's end
+
+    def add_range(self, sentences: np.ndarray, tokens: np.ndarray, firsts: list,
+                  head_break: bool, tail_open: bool) -> None:
+        if not len(sentences):
+            if head_break:
+                self.close()
+            return
+        if self.pending is not None and self.open and not head_break:
+            sentences[0] += self.pending[0]  # the open document goes on here
+            tokens[0] += self.pending[1]
+            firsts[0] = self.pending[2]
+            self.pending = None
+        self.close()
+        self.pending = (int(sentences[-1]), int(tokens[-1]), firsts[-1])
+        self.open = tail_open
+        self.sentences.append(sentences[:-1])
+        self.tokens.append(tokens[:-1])
+        self.empty.extend(firsts[i] for i in np.flatnonzero(sentences[:-1] == 0).tolist())
+
+    def close(self) -> None:
+        """Ends the pending document."""
+        if self.pending is not None:
+            sentences, tokens, first = self.pending
+            self.sentences.append(np.array([sentences]))
+            self.tokens.append(np.array([tokens]))
+            if not sentences:
+                self.empty.append(first)
+            self.pending = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sentences and tokens of every document (the pending one ended)."""
+        self.close()
+        return tuple(np.concatenate(parts or [np.zeros(0, np.int64)]).astype(np.int64)
+                     for parts in (self.sentences, self.tokens))
+
+
+def _join_ranges(jobs: Sequence[RangeJob], results: Sequence[RangeResult], line_base: dict
+                 ) -> _Documents:
+    """Appends the ranges' tokens to ``tokens.bin`` and their sentence ends to
+    ``offsets.bin``, stitches their fragments into documents and deletes the range files."""
+    index_dir, files = jobs[0].index_dir, jobs[0].files
+    documents = _Documents()
     with open(os.path.join(index_dir, "tokens.bin"), "wb") as tokens_out, \
             open(os.path.join(index_dir, "offsets.bin"), "wb") as offsets_out:
         offsets_out.write(np.zeros(1, np.int64).tobytes())
         token_base = 0
-        pending = None  # (sentences, tokens, first line) of a document still open
         for job, res in zip(jobs, results):
             _copy_into(tokens_out, _range_path(index_dir, job.index, "tokens"))
             lengths = np.fromfile(_range_path(index_dir, job.index, "lengths"), np.int32)
-            for what in ("tokens", "lengths"):
-                os.remove(_range_path(index_dir, job.index, what))
             offsets_out.write((token_base + np.cumsum(lengths, dtype=np.int64)).tobytes())
             token_base += int(lengths.sum(dtype=np.int64))
-            frags = np.load(_range_path(index_dir, job.index, "fragments.npy"))
-            sentences, tokens, segment, line = frags
+            sentences, tokens, segment, line = np.load(
+                _range_path(index_dir, job.index, "fragments.npy"))
+            for what in ("tokens", "lengths", "fragments.npy"):
+                os.remove(_range_path(index_dir, job.index, what))
             firsts = [(files[job.segments[s][0]], line_base[job.index, s] + k + 1)
                       for s, k in zip(segment.tolist(), line.tolist())]
-            if not len(sentences):
-                if res.head_break and pending is not None:
-                    doc_sentences.append(np.array([pending[0]]))
-                    doc_tokens.append(np.array([pending[1]]))
-                    if not pending[0]:
-                        empty_docs.append(pending[2])
-                    pending = None
-                continue
-            if pending is not None:
-                if open_doc and not res.head_break:  # the open document goes on here
-                    sentences[0] += pending[0]
-                    tokens[0] += pending[1]
-                    firsts[0] = pending[2]
-                else:
-                    doc_sentences.append(np.array([pending[0]]))
-                    doc_tokens.append(np.array([pending[1]]))
-                    if not pending[0]:
-                        empty_docs.append(pending[2])
-            # The last fragment may go on in the next range: hold it back.
-            pending = (int(sentences[-1]), int(tokens[-1]), firsts[-1])
-            open_doc = res.tail_open
-            doc_sentences.append(sentences[:-1])
-            doc_tokens.append(tokens[:-1])
-            empty_docs.extend(firsts[i] for i in np.flatnonzero(sentences[:-1] == 0).tolist())
-            os.remove(_range_path(index_dir, job.index, "fragments.npy"))
-        if pending is not None:
-            doc_sentences.append(np.array([pending[0]]))
-            doc_tokens.append(np.array([pending[1]]))
-            if not pending[0]:
-                empty_docs.append(pending[2])
-    for path, line in sorted(empty_docs):
-        issues.note("empty_documents", path, line)
-    sentences = np.concatenate(doc_sentences or [np.zeros(0, np.int64)]).astype(np.int64)
-    tokens = np.concatenate(doc_tokens or [np.zeros(0, np.int64)]).astype(np.int64)
+            documents.add_range(sentences, tokens, firsts, res.head_break, res.tail_open)
+    return documents
+
+
+def _write_documents(index_dir: str, sentences: np.ndarray, tokens: np.ndarray) -> dict:
+    """Writes ``documents.npy``, ``blocks.npy`` and ``block_tokens.npy`` of the documents
+    with a token (their sentences and tokens given); their counts."""
     kept = sentences > 0
     doc_starts = np.concatenate([[0], np.cumsum(sentences[kept])]).astype(np.int64)
     doc_token_starts = np.concatenate([[0], np.cumsum(tokens[kept])]).astype(np.int64)
@@ -389,18 +440,8 @@ def build_split_index(jobs: Sequence[RangeJob], results: Sequence[RangeResult],
     np.save(os.path.join(index_dir, "blocks.npy"), blocks.astype(np.int64))
     np.save(os.path.join(index_dir, "block_tokens.npy"),
             np.diff(doc_token_starts[blocks]).astype(np.int64))
-    flagged = bool(jobs[0].word_segmenter)
-    meta = {"build": os.urandom(8).hex(), "dtype": token_dtype(vocab_size, flagged).str,
-            "documents": int(kept.sum()), "sentences": int(doc_starts[-1]),
-            "tokens": total_tokens, "input_bytes": sum(input_files.size(p) for p in files),
-            "input_bytes_read": sum(r.bytes_read for r in results),
-            "issues": {"counts": issues.counts,
-                       "samples": {k: [list(s) for s in v] for k, v in issues.samples.items()}}}
-    if flagged:  # tokens continuing a segmented word have this bit set
-        meta["continuation_bit"] = continuation_bit(token_dtype(vocab_size, flagged))
-    with open(os.path.join(index_dir, "meta.json"), "w") as f:
-        json.dump(meta, f)
-    return meta
+    return {"documents": int(kept.sum()), "sentences": int(doc_starts[-1]),
+            "tokens": total_tokens}
 
 
 def assign_blocks(block_tokens: np.ndarray, num_shards: int) -> np.ndarray:

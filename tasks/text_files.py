@@ -1,5 +1,6 @@
-"""Corpus text files: one sentence per line, a blank line between documents; or another
-text format (tasks/text_formats.py: ``paragraphs``, ``jsonl``).
+"""Corpus text files, the bytes and lines their text formats' readers (tasks/text_formats.py)
+read: expanding globs, reading a file's lines by byte segments, counting bad input, and the
+documents of whole files in any text format (``iter_located_documents``).
 
 Bad input never crashes a run and is never dropped silently: ``InputIssues`` counts it, with
 up to ``MAX_SAMPLES`` ``file:line`` samples of each kind (``ISSUE_MEANINGS``: what each
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from runexp.compiler.specs.source import SourceSpec  # standard library only
 from runexp.tasks import input_files
@@ -91,10 +92,12 @@ class InputIssues:
 
     @classmethod
     def for_format(cls, text_format: str) -> "InputIssues":
-        """Issues of a format's reader: its own kinds counted from zero too, so that a
-        summary says none occurred."""
+        """Issues of a text format's reader: its own kinds (the reader class's
+        ``issue_kinds``) counted from zero too, so that a summary says none occurred."""
+        from runexp.tasks.text_formats import reader_class  # (which imports this module)
+
         issues = cls()
-        for kind in (JSONL_ISSUE_KINDS if text_format == "jsonl" else ()):
+        for kind in reader_class(text_format).issue_kinds:
             issues.counts[kind] = 0
             issues.samples[kind] = []
         return issues
@@ -290,83 +293,27 @@ def iter_segment_lines(path: str, start: int = 0, end: Optional[int] = None,
 
 
 def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] = None,
-                           wanted: Optional[Callable[[int], bool]] = None,
-                           max_line_chars: int = MAX_LINE_CHARS,
                            counter: Optional[ReadCounter] = None,
                            text_format: str = SourceSpec.format,
                            text_field: str = SourceSpec.text_field
                            ) -> Iterator[tuple[str, int, list[str]]]:
-    """Yields ``(path, first line number, sentences)`` for every wanted document, in file
-    order.
-
-    sentence_lines: a document is a run of non-blank lines (stripped), a sentence each; a
-    file's end ends one. Lines longer than ``max_line_chars`` bytes are skipped (and
-    counted); undecodable bytes become U+FFFD. Other text formats: as tasks/text_formats.py
-    reads them (the sentences preprocessing makes; their own line limits).
+    """Yields ``(path, first line number, sentences)`` for every document, in file order,
+    as the format's reader gives them (tasks/text_formats.py: the sentences preprocessing
+    makes). sentence_lines: a document is a run of non-blank lines (stripped), a sentence
+    each; lines longer than ``MAX_LINE_CHARS`` bytes are skipped (and counted); undecodable
+    bytes become U+FFFD. A file's end ends a document.
 
     Args:
       files: text files, in order.
       issues: where to count bad input (None: not counted).
-      wanted: ``wanted(document_index)``, the index counting every document of ``files``;
-        other documents are skipped (sentence_lines: cheaply, and their issues not
-        counted). File issues are counted when it accepts document 0. None: every document.
       counter: counts the bytes read.
       text_format, text_field: the files' format (compiler/specs/source.py).
     """
-    if text_format != "sentence_lines":
-        yield from _iter_format_documents(files, issues, wanted, counter, text_format,
-                                          text_field)
-        return
-    index = 0
-    file_issues = issues is not None and (wanted is None or wanted(0))
+    from runexp.tasks.text_formats import reader_class  # (which imports this module)
+
+    read = reader_class(text_format)
     for path in files:
-        doc: list[str] = []
-        in_doc = keep = False
-        start = 0
-        file_has_text = False
-        for k, line in iter_segment_lines(path, 0, None, counter, max_line_chars):
-            lineno = k + 1
-            if line is None:
-                file_has_text = True
-                if issues is not None and (keep if in_doc else wanted is None or wanted(index)):
-                    issues.note("giant_lines", path, lineno)
-                continue
-            line = line.strip()
-            if line:
-                if not in_doc:
-                    in_doc, start, file_has_text = True, lineno, True
-                    keep = wanted is None or wanted(index)
-                if not keep:
-                    continue
-                if not line.isascii():
-                    fixed = _fix_line(line)
-                    if fixed is not None:
-                        line = fixed
-                        if issues is not None:
-                            issues.note("non_utf8_lines", path, lineno)
-                doc.append(line)
-            elif in_doc:
-                if keep:
-                    yield path, start, doc
-                    doc = []
-                index += 1
-                in_doc = False
-        if in_doc:
-            if keep:
-                yield path, start, doc
-            index += 1
-        if not file_has_text and file_issues:
-            issues.note("empty_files", path, 0)
-
-
-def _iter_format_documents(files, issues, wanted, counter, text_format, text_field):
-    from runexp.tasks.text_formats import SegmentText, check_format
-
-    check_format(text_format)
-    index = 0
-    for path in files:
-        reader = SegmentText(path, 0, None, text_format, text_field, counter, issues,
-                             line_base=1)
+        reader = read(path, text_field=text_field, counter=counter, issues=issues, line_base=1)
         doc: list[str] = []
         first = 0
         for k, sentences, doc_break in reader:
@@ -374,15 +321,11 @@ def _iter_format_documents(files, issues, wanted, counter, text_format, text_fie
                 first = k + 1
             doc.extend(sentences)
             if doc_break and first:
-                if wanted is None or wanted(index):
-                    yield path, first, doc
-                index += 1
+                yield path, first, doc
                 doc, first = [], 0
         if first:
-            if wanted is None or wanted(index):
-                yield path, first, doc
-            index += 1
-        if not reader.has_text and issues is not None and (wanted is None or wanted(0)):
+            yield path, first, doc
+        if not reader.has_text and issues is not None:
             issues.note("empty_files", path, 0)
 
 

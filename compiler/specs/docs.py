@@ -12,10 +12,12 @@ import sys
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.specs.base import REQUIRED
 from runexp.compiler.specs.phases import PHASE_SETTINGS
+from runexp.compiler.specs.source_formats import RECORD_FILES, SOURCE_FORMATS, TEXT_FILES
 
 BEGIN = "<!-- params:{kind} (made by: python -m runexp.compiler.specs.docs) -->"
 END = "<!-- /params -->"
 PHASES = "phases"  # the table of what a pretraining phase may set (train.phases)
+FORMATS = "formats"  # the table of source formats (compiler/specs/source_formats.py)
 
 
 def _value(value) -> str:
@@ -66,10 +68,25 @@ def phases_table() -> str:
     return "\n".join(rows)
 
 
+def formats_table() -> str:
+    """A markdown table of the source formats: what each reads, the settings besides
+    ``format`` it reads, and whether runexp makes its instances."""
+    rows = ["| format | input | settings | instances |", "| --- | --- | --- | --- |"]
+    for f in SOURCE_FORMATS.values():
+        files = ("; `train_files`, `validation_files`" if f.reads in (TEXT_FILES, RECORD_FILES)
+                 else "; read at run time")
+        settings = ", ".join(f"`{s}`" for s in f.settings) or "none"
+        made = "made by runexp" if f.makes_instances else "ready-made (`VOCAB` required)"
+        rows.append(f"| `{f.name}` | {f.doc}{files} | {settings} | {made} |")
+    return "\n".join(rows)
+
+
 def refresh(text: str) -> str:
     """``text`` with every generated table replaced by the current one."""
-    for kind in [*KINDS, PHASES]:
-        if kind == PHASES:
+    for kind in [*KINDS, PHASES, FORMATS]:
+        if kind == FORMATS:
+            table = formats_table()
+        elif kind == PHASES:
             table = phases_table()
         else:
             table = params_table(kind)
@@ -92,6 +109,7 @@ def main(argv=None) -> int:
     for kind in KINDS:
         print(f"## {kind}\n\n{params_table(kind)}\n")
     print(f"## {PHASES} (train.phases)\n\n{phases_table()}\n")
+    print(f"## {FORMATS} (bert_pretraining_task.format)\n\n{formats_table()}\n")
     return 0
 
 

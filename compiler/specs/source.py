@@ -31,53 +31,48 @@ from __future__ import annotations
 import dataclasses
 
 from runexp.compiler.specs.base import Spec, setting
-
-TEXT_FORMATS = ("sentence_lines", "paragraphs", "jsonl")
-SEQIO_FORMATS = ("tfds", "seqio_documents", "seqio_bert_features")
-EXAMPLE_FORMATS = ("seqio_bert_features", "bert_tfrecord")  # no instances made by runexp
-FORMATS = TEXT_FORMATS + ("tfds", "seqio_documents", "seqio_bert_features", "bert_tfrecord")
+from runexp.compiler.specs.source_formats import (FORMATS, SOURCE_FORMATS, SourceFormat,
+                                                  applies_to, listed)
 
 
-# The settings each format reads besides `format` (the others stay out of its plan).
-APPLIES = {
-    "sentence_lines": (),
-    "paragraphs": (),
-    "jsonl": ("text_field",),
-    "tfds": ("text_field", "tfds_name", "tfds_data_dir", "train_split", "validation_split"),
-    "seqio_documents": ("text_field", "seqio_task", "train_split", "validation_split"),
-    "seqio_bert_features": ("seqio_task", "train_split", "validation_split"),
-    "bert_tfrecord": (),
-}
+def _for(doc: str, name: str) -> str:
+    """A setting's doc, with the formats it applies to (compiler/specs/source_formats.py)."""
+    return f"{doc} ({', '.join(applies_to(name))})"
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceSpec(Spec):
     """Where a bert_pretraining_task's documents or examples come from (module docstring)."""
 
-    format: str = setting("sentence_lines", "the input's format: sentence_lines, paragraphs, "
-                                            "jsonl, tfds, seqio_documents, "
-                                            "seqio_bert_features or bert_tfrecord",
+    format: str = setting("sentence_lines", f"the input's format: {listed(FORMATS)}",
                           choices=FORMATS)
-    text_field: str = setting("text", "the field holding a document's text (jsonl, tfds, "
-                                      "seqio_documents)")
-    tfds_name: str = setting("", "TFDS dataset as name[/config][:version] (tfds)")
-    tfds_data_dir: str = setting("", "TFDS data directory ('' : TFDS's default) (tfds)")
-    seqio_task: str = setting("", "name of the user's registered seqio task "
-                                  "(seqio_documents, seqio_bert_features)")
-    train_split: str = setting("train", "the source's split read as train (tfds, seqio_*)")
-    validation_split: str = setting("", "the source's split read as validation ('': none) "
-                                        "(tfds, seqio_*)")
+    text_field: str = setting("text", _for("the field holding a document's text",
+                                           "text_field"))
+    tfds_name: str = setting("", _for("TFDS dataset as name[/config][:version]", "tfds_name"))
+    tfds_data_dir: str = setting("", _for("TFDS data directory ('' : TFDS's default)",
+                                          "tfds_data_dir"))
+    seqio_task: str = setting("", _for("name of the user's registered seqio task",
+                                       "seqio_task"))
+    train_split: str = setting("train", _for("the source's split read as train",
+                                             "train_split"))
+    validation_split: str = setting("", _for("the source's split read as validation "
+                                             "('': none)", "validation_split"))
+
+    @property
+    def source_format(self) -> SourceFormat:
+        """The format's row (compiler/specs/source_formats.py)."""
+        return SOURCE_FORMATS[self.format]
 
     @property
     def reads_text_files(self) -> bool:
-        return self.format in TEXT_FORMATS
+        return self.source_format.reads_text_files
 
     @property
     def reads_seqio(self) -> bool:
-        return self.format in SEQIO_FORMATS
+        return self.source_format.reads_seqio
 
     @property
     def makes_instances(self) -> bool:
         """runexp cuts documents into BERT instances (needs a vocabulary); else the examples
         come ready-made."""
-        return self.format not in EXAMPLE_FORMATS
+        return self.source_format.makes_instances

@@ -19,6 +19,7 @@ from runexp.compiler import uris
 from runexp.compiler.errors import Location
 from runexp.compiler.formats.example_peek import (FramingError, check_features, max_token_id,
                                           parse_example, read_records)
+from runexp.compiler.specs.source_formats import TEXT_FORMATS, listed
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.shard_count import auto_num_shards
 
@@ -97,7 +98,7 @@ def _problems(ctx: PlanContext, task: str, path: str, seq: int, preds: int,
     except FramingError as e:
         yield (f"not a TFRecord file ({e})",
                "bert_tfrecord reads the TFRecord files create_pretraining_data.py writes; for "
-               "text, choose format = 'sentence_lines', 'paragraphs' or 'jsonl'", where)
+               f"text, choose format = {listed(TEXT_FORMATS, quote=True)}", where)
         return
     except OSError as e:
         yield f"cannot be read: {e.strerror or e}", "check the file's permissions", where

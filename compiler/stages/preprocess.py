@@ -12,7 +12,8 @@ from runexp.compiler.corpus_check import MAX_FILES, check_files
 from runexp.compiler.plan import Stage
 from runexp.compiler.specs import PreprocessSpec
 from runexp.compiler.specs.preprocess import SPLIT_INDEX_DIR
-from runexp.compiler.specs.source import APPLIES, TEXT_FORMATS, SourceSpec
+from runexp.compiler.specs.source import SourceSpec
+from runexp.compiler.specs.source_formats import DOCUMENT_FORMATS, SOURCE_FORMATS
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.phases import SINGLE, Phase
 from runexp.compiler.stages.runner import check_corpus_reachable, check_runner
@@ -46,8 +47,8 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SI
         ctx.c.error(f"{task}: format {source.format!r} brings ready-made examples of one "
                     "length, but train.phases trains at several: each phase's examples are "
                     "made from the documents", phase.location,
-                    hint="give the task a text or document source (sentence_lines, "
-                         "paragraphs, jsonl, tfds, seqio_documents), or train in one phase")
+                    hint=f"give the task a text or document source "
+                         f"({', '.join(DOCUMENT_FORMATS)}), or train in one phase")
     if first is not None:
         return _plan_later_phase(ctx, task, b, vocab, phase, first)
     if phase.count > 1:
@@ -58,15 +59,15 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SI
                     "those of the vocabulary they were made with, but no vocabulary is given",
                     ctx.loc(TASK, "format", task) or ctx.loc("vocab", "path"),
                     hint="set VOCAB to that vocab.txt (or SentencePiece .model)")
-    if source.format in TEXT_FORMATS:
+    if source.reads_text_files:
         inputs, fps, deps = text_inputs(ctx, task, p, b)
         check_corpus_reachable(ctx, task, b.params, inputs)
-    elif source.format == "bert_tfrecord":
-        from runexp.compiler.stages.example_files import bert_tfrecord_inputs
-        inputs, fps, deps = bert_tfrecord_inputs(ctx, task, p, b)
-    else:
+    elif source.reads_seqio:
         from runexp.compiler.stages.seqio_sources import seqio_source_inputs
         inputs, fps, deps = seqio_source_inputs(ctx, task, p, b)
+    else:  # ready-made TFRecords
+        from runexp.compiler.stages.example_files import bert_tfrecord_inputs
+        inputs, fps, deps = bert_tfrecord_inputs(ctx, task, p, b)
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
     deps = sorted(set(deps + [vocab.id]))
@@ -93,7 +94,7 @@ def drop_unused_source_settings(ctx: PlanContext, task: str, b: StageBuilder,
     """Keeps the plan to the source settings its format reads; binding another is a
     mistake worth a warning (it changes nothing)."""
     for s in SourceSpec.settings():
-        if s.name == "format" or s.name in APPLIES[fmt]:
+        if s.name == "format" or s.name in SOURCE_FORMATS[fmt].settings:
             continue
         where = ctx.loc(TASK, s.name, task)
         if where is not None and b.params.get(s.name) != s.param.default:

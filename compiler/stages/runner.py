@@ -23,6 +23,7 @@ from runexp.compiler.specs.preprocess import PreprocessSpec
 from runexp.compiler.specs.runner import (LOCAL_BEAM_RUNNERS, OPERATIONAL, OTHER_BEAM_RUNNERS,
                                           REMOTE_BEAM_RUNNERS, RunnerSpec, canonical_runner)
 from runexp.compiler.specs.source import SourceSpec
+from runexp.compiler.specs.source_formats import TEXT_FORMATS, listed
 
 TASK = "bert_pretraining_task"
 
@@ -161,8 +162,9 @@ def check_corpus_reachable(ctx, task: str, p: dict, inputs: dict) -> None:
     if source.reads_seqio:
         ctx.c.error(f"{task}: format {source.format!r} is read through seqio on this machine, "
                     f"whose documents {spec.beam_runner()}'s workers cannot read", loc,
-                    hint="write the documents as text or JSON lines to gs:// and use format "
-                         "'paragraphs' or 'jsonl', or use runner 'DirectRunner' or 'local'")
+                    hint="write the documents to gs:// in a text format "
+                         f"({listed(TEXT_FORMATS, quote=True)}), or use runner "
+                         "'DirectRunner' or 'local'")
         return
     local = [v for key in ("train_files", "validation_files")
              for v in inputs.get(key) or [] if not uris.is_gcs(v)]

@@ -23,6 +23,7 @@ import re
 
 from runexp.compiler import uris
 from runexp.compiler.fingerprint import digest, file_digest
+from runexp.compiler.specs.source_formats import SOURCE_FORMATS, TFDS_DATASET
 from runexp.compiler.stages.common import AT_RUN_TIME, PlanContext, StageBuilder
 from runexp.compiler.user_modules import planned_modules
 from runexp.compiler.shard_count import auto_num_shards
@@ -40,7 +41,7 @@ def seqio_source_inputs(ctx: PlanContext, task: str, p: dict, b: StageBuilder
     """Inputs, their fingerprints and dependencies of a seqio source (module docstring)."""
     fmt = p["format"]
     _refuse_files(ctx, task, fmt)
-    if fmt == "tfds":
+    if SOURCE_FORMATS[fmt].reads == TFDS_DATASET:
         inputs, fps = _tfds(ctx, task, p, b)
     else:
         inputs, fps = _user_task(ctx, task, p, b)

@@ -27,7 +27,7 @@ from runexp.compiler.plan import RUN_TIME, Stage
 from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS
 from runexp.compiler.vocab_roles import MISSING_ROLES_HINT, sentencepiece_roles
-from runexp.compiler.specs.source import APPLIES
+from runexp.compiler.specs.source import SourceSpec
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.huggingface_init import HuggingFaceInit
 from runexp.compiler.stages.mixture import member_files, member_source, pretraining_members
@@ -102,7 +102,7 @@ def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, l
     members = [(t, member_source(ctx, t)) for t in pretraining_members(ctx, task) or [task]]
     members = [(t, s) for t, s in members if s.makes_instances]  # the others bring no text
     inputs, fps, deps = {}, {}, []
-    if all(s.format == "sentence_lines" for _, s in members):
+    if all(s.format == SourceSpec.format for _, s in members):  # the files' default format
         names = [t for t, _ in members]
         if train:
             inputs["train_files"], fps["train"], d = member_files(ctx, task, "train_files",
@@ -115,7 +115,7 @@ def text_inputs(ctx: PlanContext, task: str, train: bool) -> tuple[dict, dict, l
     fps = {"train": {}, "heldout": {}} if train else {"heldout": {}}
     for t, source in members:
         settings = {"format": source.format,
-                    **{name: getattr(source, name) for name in APPLIES[source.format]}}
+                    **{name: getattr(source, name) for name in source.source_format.settings}}
         settings_fps[t] = settings
         if not source.reads_text_files:
             seqio = True

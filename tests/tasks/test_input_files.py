@@ -8,7 +8,7 @@ import pytest
 from runexp.runtime import storage
 from runexp.tasks import input_files
 from runexp.tasks.text_files import ReadCounter, iter_segment_lines
-from runexp.tasks.text_formats import SegmentText
+from runexp.tasks.text_formats import Paragraphs
 
 
 def _text(seed: int) -> bytes:
@@ -53,7 +53,7 @@ def test_a_version_reads_the_same_lines_as_a_local_copy_at_any_cut(corpus, monke
         assert input_files.FetchStats.bytes - fetched == counts[1], (start, end)
     whole = [line for s, e in zip(cuts, cuts[1:]) for _, line in iter_segment_lines(remote, s, e)]
     assert whole == [line for _, line in iter_segment_lines(local)]
-    events = [list(SegmentText(p, 0, size // 2, "paragraphs")) for p in (local, remote)]
+    events = [list(Paragraphs(p, 0, size // 2)) for p in (local, remote)]
     assert events[0] == events[1] and events[0]
 
 

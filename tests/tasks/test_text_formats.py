@@ -401,3 +401,22 @@ def test_new_modules_are_light():
             "heavy = [m for m in ('tensorflow', 'seqio', 'numpy') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_text_format_is_one_row_and_one_reader_class():
+    """The formats' table names each text format's reader; the compiler reads the table
+    without importing the readers."""
+    from runexp.compiler.specs.source_formats import SOURCE_FORMATS, TEXT_FORMATS
+    from runexp.tasks.text_formats import TextReader, reader_class
+
+    assert TEXT_FORMATS == ("sentence_lines", "paragraphs", "jsonl")
+    for name, row in SOURCE_FORMATS.items():
+        assert bool(row.reader) == row.reads_text_files, name
+        if row.reads_text_files:
+            assert issubclass(reader_class(name), TextReader), name
+        else:
+            with pytest.raises(ValueError, match="not a text format"):
+                reader_class(name)
+    code = ("import sys\nimport runexp.compiler.specs.source_formats, runexp.compiler.planner\n"
+            "assert 'runexp.tasks.text_formats' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
