@@ -1,7 +1,7 @@
 """What a checkpoint costs the training loop on a gs:// output root: uploaded in the foreground
 (the old behaviour) or in the background while training goes on.
 
-    .venv/bin/python bench/checkpoint_upload.py [--runs 3] [--latency 0.1] [--steps 50]
+    .venv/bin/python -m bench.checkpoint_upload [--runs 3] [--latency 0.1] [--steps 50]
         [--checkpoint_every 5] [--modes local,old,sync,async]
 
 The real pretrain stage, run by the executor in this process, trains a small BERT (2x128,
@@ -9,7 +9,7 @@ intermediate 512, vocabulary 64: a 5.4 MB checkpoint with Adam's slots; batch 12
 128: a step is compute-bound like an accelerator's, and TensorFlow's local save, which no
 upload scheme removes, is small beside it)
 to a gs:// root on a GCS JSON API server on loopback (gcp-storage-emulator, the ``test``
-extra) behind tests/storage/fault_proxy.py, which delays every request by ``--latency``
+extra) behind tests/support/fault_proxy.py, which delays every request by ``--latency``
 seconds (a far bucket). A checkpoint every ``--checkpoint_every`` steps, the last two kept;
 one step per call of the compiled loop; no log line but at the end.
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import io
 import os
 import statistics
@@ -50,8 +49,10 @@ import uuid
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(_ROOT, "tests", "storage"))  # checkpoint_run, fault_proxy
+# The test helpers it runs (a module of the repository, run from its root with python -m).
+from tests import conftest  # noqa: E402 - the GCS emulator the tests start
+from tests.support import checkpoint_run, fault_proxy  # noqa: E402
+from tests.support import runtime as tiny  # noqa: E402
 
 MODEL = {"vocab_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
          "num_attention_heads": 2, "intermediate_size": 512, "hidden_act": "gelu",
@@ -60,20 +61,10 @@ MODEL = {"vocab_size": 64, "hidden_size": 128, "num_hidden_layers": 2,
 BATCH, SEQ, PREDICTIONS, EXAMPLES = 128, 128, 20, 2048
 
 
-def _module(name: str, path: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def write_data(data_dir: str) -> None:
     """vocab/ and preprocess/ (one shard of train records) for MODEL."""
-    import runtime_testlib  # tests/runtime, on sys.path once checkpoint_run is imported
-
-    runtime_testlib.write_vocab_dir(os.path.join(data_dir, "vocab"), MODEL["vocab_size"])
-    runtime_testlib.write_pretraining_records(
+    tiny.write_vocab_dir(os.path.join(data_dir, "vocab"), MODEL["vocab_size"])
+    tiny.write_pretraining_records(
         os.path.join(data_dir, "preprocess"), "train", EXAMPLES, MODEL["vocab_size"], SEQ,
         PREDICTIONS, seed=1, num_shards=1)
 
@@ -113,11 +104,9 @@ def run_once(mode: str, bucket: str, data_dir: str, cache: str,
              args) -> tuple[list, list, float]:
     """One training run in ``mode``: (checkpoint step times, ordinary step times, the
     seconds from the first call of the loop to the stage's end)."""
-    import checkpoint_run
-
     from runexp.runtime import executor
     from runexp.runtime import gcs_mirror as mirror
-from runexp.runtime.storage import transfer
+    from runexp.runtime.storage import transfer
 
     os.environ[mirror.UPLOAD_MODE_ENV] = "background" if mode == "async" else "sync"
     transfer.TRANSFER_THREADS = 1 if mode == "old" else args.threads
@@ -157,11 +146,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     modes = args.modes.split(",")
 
-    import checkpoint_run  # noqa: F401 - puts tests/runtime on sys.path
-
-    conftest = _module("runexp_bench_conftest", os.path.join(_ROOT, "tests", "conftest.py"))
-    fault_proxy = _module("runexp_bench_fault_proxy",
-                          os.path.join(_ROOT, "tests", "storage", "fault_proxy.py"))
     with tempfile.TemporaryDirectory(prefix="bench-checkpoint-upload-") as tmp:
         proc, endpoint = conftest._start_emulator(os.path.join(tmp, "emulator.log"))
         proxy = None
@@ -202,7 +186,7 @@ def main(argv=None) -> int:
               f" (medians of {len(checkpoint)} and {len(ordinary)} steps); ratio "
               f"{ratios[mode]:.2f}x (median of {len(run_ratios)} runs: "
               + ", ".join(f"{r:.2f}" for r in run_ratios) + ")")
-    command = "    .venv/bin/python bench/checkpoint_upload.py " + " ".join(
+    command = "    .venv/bin/python -m bench.checkpoint_upload " + " ".join(
         f"--{k} {v}" for k, v in vars(args).items())
     if "async" in ratios and ("old" in ratios or "sync" in ratios):
         sync = ratios.get("old", ratios.get("sync"))

@@ -181,7 +181,7 @@ def build_vocab(out_dir: str, corpus_path: str, vocab_size: int = 30000,
     """A WordPiece vocab dir (vocab.txt, report.json) trained on the corpus; cached."""
     sys.path.insert(0, _ROOT)
     from runexp.tasks import vocab_dir as vocab_files
-    from runexp.tasks.text_files import sample_lines
+    from runexp.tasks.text_documents import sample_lines
     vocab_dir = os.path.join(out_dir, f"vocab{vocab_size}wp")
     if os.path.exists(os.path.join(vocab_dir, "report.json")):
         return vocab_dir

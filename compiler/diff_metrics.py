@@ -21,6 +21,7 @@ from runexp.runtime.report.collect import RootReader
 # The file the evaluate and finetune stages write (their modules import TensorFlow, so the
 # name is repeated here; tests/compiler/test_diff.py checks that they agree).
 METRICS_FILE = "metrics.json"
+SWEEP_FILE = "sweep.json"  # a sweep stage's (runtime/stages/sweep.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +83,23 @@ def _metrics(report) -> dict[tuple[str, str], tuple[float, bool]]:
             for name, scores in sets.items():
                 put(sid, "dev accuracy" + ("" if name == "dev" else f", {name}"),
                     scores.get("accuracy"))
+        elif sr.stage.kind == "sweep" and sr.done:  # each setting's mean over its seeds
+            sweep = _json(reader.text(reader.join(sr.dir, SWEEP_FILE)))
+            for setting in sweep.get("settings") or []:
+                put(sid, f"dev {sweep.get('metric', 'score')} of {setting.get('name')}, mean "
+                    "over seeds", setting.get("mean"))
+            selected = sweep.get("selected") or {}
+            put(sid, f"dev {sweep.get('metric', 'score')} of the selected setting",
+                selected.get("mean"))
     return out
+
+
+def _json(text) -> dict:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def metric_rows(old_report, new_report) -> list[MetricRow]:

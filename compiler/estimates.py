@@ -19,9 +19,10 @@ import math
 import os
 from typing import Optional
 
-from runexp.compiler import uris
+from runexp.compiler import uris, wall_time
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.model_sizes import parameter_count
+from runexp.compiler.packing import Packing, packing_of
 from runexp.compiler.plan import Plan
 from runexp.compiler.specs import FinetuneSpec, TrainSpec
 
@@ -45,6 +46,11 @@ class Estimate:
     usd: Optional[float]
     usd_preemptible: Optional[float]
     memory_gb_per_replica: float
+    # A pretraining phase on packed rows (compiler/packing.py): the factor and the batch.
+    packed: Optional[Packing] = None
+    seq: int = 0
+    # On the profile's preemptible offering: the restarts expected and what they cost.
+    restarts: Optional[wall_time.Restarts] = None
 
     def lines(self, accel: dict) -> list[str]:
         out = [
@@ -52,6 +58,11 @@ class Estimate:
             f"tokens per step: {self.tokens_per_step:,}; total: {self.total_tokens:,}",
             f"training FLOPs per step: {self.train_flops_per_step:.3g}",
         ]
+        if self.packed is not None:
+            pk = self.packed
+            real = int(self.tokens_per_step * pk.fill)
+            out[1] += f" (packed rows: about {real:,} real tokens a step)"
+            out[1:1] = pk.lines(self.seq)
         if self.instances and self.epochs is not None:
             out.append(f"instances: {self.instances:,} ({self.instances_source}); "
                        f"epochs over them: {self.epochs:.2f}")
@@ -62,9 +73,25 @@ class Estimate:
                          f"preemptible")
             out.append(f"wall time on {accel['name']}: about {_duration(self.hours)} at "
                        f"{ASSUMED_MFU[accel['type']]:.0%} of peak{money}")
+            if self.restarts is not None and self.restarts.count >= 0.1:
+                out += _restart_lines(self.restarts, self.usd_preemptible / self.hours
+                                      if self.usd_preemptible and self.hours else None)
         out.append(f"memory per replica: about {self.memory_gb_per_replica:.1f} GB "
                    f"(of {accel.get('memory_gb_per_replica', 0):g} GB)")
         return out
+
+
+def _restart_lines(r: "wall_time.Restarts", usd_per_hour: Optional[float]) -> list[str]:
+    """The preemptible run's restarts: how many, what each costs, the time and money with
+    them (compiler/wall_time.py)."""
+    rate = f"{r.rate_per_day:g} preemption a day assumed"
+    if not math.isfinite(r.hours):
+        return [f"preemptible: {rate}, and a restart takes longer than the time between "
+                f"preemptions ({r.cost.describe()}): the run would never end"]
+    money = f", ${r.hours * usd_per_hour:,.0f}" if usd_per_hour else ""
+    return [f"preemptible: about {r.count:.1f} restarts expected ({rate}), "
+            f"{r.cost.describe()}",
+            f"preemptible with its restarts: about {_duration(r.hours)}{money}"]
 
 
 def _duration(hours: float) -> str:
@@ -186,6 +213,16 @@ def memory(model: dict, micro_batch: int, seq: int, optimizer: str = "adamw",
 def memory_gb(model: dict, per_replica_batch: int, seq: int, **kwargs) -> float:
     """memory(...).gb: ``per_replica_batch`` is one micro-batch's examples per replica."""
     return memory(model, per_replica_batch, seq, **kwargs).gb
+
+
+def memory_params(plan: Plan, stage) -> dict:
+    """A training stage's params as its memory is estimated: a packed pretraining phase
+    holds its rows a step (not its instances) and its rows' prediction slots."""
+    pk = packing_of(plan, stage) if stage.kind == "pretrain" else None
+    if pk is None:
+        return stage.params
+    return {**stage.params, "batch_size": pk.rows,
+            "max_predictions_per_seq": stage.params["max_predictions_per_row"]}
 
 
 def _replicas(accel: Optional[dict]) -> int:
@@ -325,6 +362,11 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
     seq, batch = p["max_seq_length"], p["batch_size"]
     # A classifier predicts no masked tokens.
     predictions = p["max_predictions_per_seq"] if stage.kind == "pretrain" else 0
+    packing = packing_of(plan, stage) if stage.kind == "pretrain" else None
+    instances_per_step = batch
+    if packing is not None:  # a step computes its rows: fewer than its instances
+        batch, instances_per_step = packing.rows, packing.instances_per_step
+        predictions = p["max_predictions_per_row"]
     flops = train_flops_per_example(model, seq, predictions) * batch
     if stage.kind == "pretrain":
         instances, source = _instances(plan, stage)
@@ -336,6 +378,11 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
         hours = flops * p["train_steps"] / rate / 3600
         usd = hours * accel["usd_per_hour"] if accel["usd_per_hour"] else None
         usd_pre = hours * accel["usd_per_hour_preemptible"] if accel["usd_per_hour"] else None
+    restarts = None
+    if hours is not None and wall_time.preemptions_per_day(accel):
+        restarts = wall_time.expected_restarts(
+            hours, wall_time.preemptions_per_day(accel),
+            wall_time.restart_cost(parameter_count(model), accel["type"]))
     return Estimate(
         parameters=parameter_count(model),
         tokens_per_step=batch * seq,
@@ -343,9 +390,11 @@ def estimate(plan: Plan, stage_id: str = "pretrain") -> Optional[Estimate]:
         total_tokens=batch * seq * p["train_steps"],
         instances=instances,
         instances_source=source,
-        epochs=(p["train_steps"] * batch / instances) if instances else None,
+        epochs=(p["train_steps"] * instances_per_step / instances) if instances else None,
         hours=hours, usd=usd, usd_preemptible=usd_pre,
-        memory_gb_per_replica=stage_memory(p, accel, pretrain=stage.kind == "pretrain").gb,
+        memory_gb_per_replica=stage_memory(memory_params(plan, stage), accel,
+                                           pretrain=stage.kind == "pretrain").gb,
+        packed=packing, seq=seq, restarts=restarts,
     )
 
 
@@ -362,6 +411,13 @@ def pretraining_total(plan: Plan, ests: dict[str, Estimate]) -> list[str]:
             money = (f"; about ${sum(e.usd for e in phases):,.0f} on demand, "
                      f"${sum(e.usd_preemptible for e in phases):,.0f} preemptible")
         lines.append(f"wall time on {plan.accelerator['name']}: about {_duration(hours)}{money}")
+        if all(e.restarts is not None for e in phases):
+            restarted = sum(e.restarts.hours for e in phases)
+            money = (f", ${sum(e.restarts.hours * e.usd_preemptible / e.hours for e in phases):,.0f}"
+                     if all(e.usd_preemptible and e.hours for e in phases) else "")
+            lines.append(f"preemptible with its restarts: about "
+                         f"{sum(e.restarts.count for e in phases):.1f} restarts, "
+                         f"{_duration(restarted)}{money}")
     lines.append(f"memory per replica: about {max(e.memory_gb_per_replica for e in phases):.1f}"
                  " GB at most")
     return lines

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 
 from runexp.compiler.specs import (CorpusSpec, EvaluateSpec, ExportSpec, FinetuneSpec,
-                                   PreprocessSpec, SuiteSpec, TrainSpec, VocabSpec)
+                                   PreprocessSpec, SuiteSpec, SweepSpec, TrainSpec,
+                                   VocabSpec)
 from runexp.compiler.specs.runner import OPERATIONAL
 from runexp.compiler.specs.train import RESUMABLE
 
@@ -56,6 +57,9 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("finetune", FinetuneSpec, "finetune", trains=True, needs_tensorflow=True),
     # The fine-tunes of finetune.suite scored together: reads their metrics.json only.
     StageKind("suite", SuiteSpec, "finetune"),
+    # The points of a fine-tuning sweep scored together (runtime/stages/sweep.py): reads
+    # their metrics.json only, and says which point is selected and which exported.
+    StageKind("sweep", SweepSpec, "finetune"),
     StageKind("export", ExportSpec, "export", needs_tensorflow=True),
 )}
 

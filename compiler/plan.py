@@ -96,6 +96,8 @@ class Plan:
     imports: tuple[str, ...] = ()
     operative_config: str = ""
     version: int = PLAN_FORMAT_VERSION
+    # experiment.ablation's grid (compiler/ablation.py): where, keys, points, shared stages.
+    ablation: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def stage(self, stage_id: str) -> Stage:
         for s in self.stages:
@@ -105,6 +107,7 @@ class Plan:
 
     def to_dict(self) -> dict:
         return {
+            **({"ablation": dict(self.ablation)} if self.ablation else {}),
             "version": self.version,
             "experiment": self.experiment,
             "output_root": self.output_root,
@@ -143,6 +146,7 @@ class Plan:
             imports=tuple(d.get("imports", ())),
             operative_config=d.get("operative_config", ""),
             version=d["version"],
+            ablation=d.get("ablation", {}),
         )
 
     @classmethod

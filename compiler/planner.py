@@ -16,9 +16,10 @@ import os
 from typing import Optional, Sequence
 
 from runexp.compiler import uris
+from runexp.compiler.ablation import merge, read_ablation
 from runexp.compiler.accelerators import ACCELERATORS
 from runexp.compiler.errors import ErrorCollector, Location, UserError, did_you_mean
-from runexp.compiler.estimates import estimate, fit_options, stage_memory
+from runexp.compiler.estimates import estimate, fit_options, memory_params, stage_memory
 from runexp.compiler.loader import load
 from runexp.compiler.plan import Plan
 from runexp.compiler.resolve import Resolver
@@ -35,6 +36,7 @@ from runexp.compiler.stages.pretrain import plan_pretrain
 from runexp.compiler.stages.suite import plan_suite
 from runexp.compiler.stages.huggingface_init import huggingface_init, init_checkpoint
 from runexp.compiler.stages.vocab import plan_vocab
+from runexp.compiler.sweep import read_grid
 
 
 @dataclasses.dataclass
@@ -118,12 +120,13 @@ def _plan(ctx: PlanContext) -> Optional[Plan]:
         if r.get("evaluate", "enabled"):  # on the last phase's model and held-out examples
             _plan_evaluate(ctx, by_phase[-1], pretrain, single=task in tasks, firsts=firsts)
     finetune = None
+    grid = read_grid(ctx)  # finetune.sweep: one finetune stage per point (compiler/sweep.py)
     if ft_task is not None:
-        finetune = plan_finetune(ctx, ft_task, vocab, pretrain, accel)
+        finetune = plan_finetune(ctx, ft_task, vocab, pretrain, accel, grid=grid)
         if finetune is None and pretrain is None:
             return None
     elif suite:  # several fine-tunes: the export (if any) is of the pretrained encoder
-        if not plan_suite(ctx, suite, vocab, pretrain, accel) and pretrain is None:
+        if not plan_suite(ctx, suite, vocab, pretrain, accel, grid=grid) and pretrain is None:
             return None
     if r.get("export", "enabled"):
         plan_export(ctx, vocab, pretrain, finetune)
@@ -223,7 +226,7 @@ def _check_estimates(plan: Plan, resolver: Resolver, collector: ErrorCollector) 
         est = estimate(plan, stage.id)
         if est is None or est.memory_gb_per_replica <= limit:
             continue
-        p = stage.params
+        p = memory_params(plan, stage)  # a packed phase: its rows a step
         mem = stage_memory(p, plan.accelerator)
         t = TrainSpec.pick(p)
         per_replica = p["batch_size"] // max(1, plan.accelerator["replicas"])
@@ -267,6 +270,29 @@ def compile_experiment(gin_files: Sequence[str], gin_params: Sequence[str] = (),
       UserError: every problem found, each with its file and line.
     """
     config = load(gin_files, gin_params, search_paths)
+    ablation, collector = read_ablation(config)  # experiment.ablation (compiler/ablation.py)
+    collector.raise_if_any()
+    if ablation is not None:
+        points = {}
+        for name in ablation.points:
+            try:
+                points[name] = _compile(ablation.bound(config, name), gin_files, gin_params,
+                                        search_paths)
+            except UserError as e:  # say which point: the others may be fine
+                raise UserError([dataclasses.replace(p, message=f"{p.message} (in the "
+                                                     f"ablation's point {name})")
+                                 for p in e.problems]) from None
+        first = next(iter(points.values()))
+        plan = merge(ablation, {n: c.plan for n, c in points.items()}, collector,
+                     first.resolver._provenance)
+        collector.raise_if_any()
+        return Compiled(plan=plan, resolver=first.resolver, collector=collector)
+    return _compile(config, gin_files, gin_params, search_paths)
+
+
+def _compile(config, gin_files: Sequence[str], gin_params: Sequence[str],
+             search_paths: Sequence[str]) -> Compiled:
+    """Resolves and plans a loaded experiment (one point of an ablation)."""
     collector = ErrorCollector()
     resolver = Resolver(config, collector)
     resolver.check_names()

@@ -6,11 +6,14 @@ import os
 from typing import Any, Sequence
 
 from runexp.compiler import wall_time
+from runexp.compiler.ablation import ablation_lines
 from runexp.compiler.estimates import estimates, pretraining_total
+from runexp.compiler.packing import packing_of
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import RUN_TIME, Plan
 from runexp.compiler.stages.runner import runner_lines
 from runexp.compiler.state import CREATE, REBUILD, RESUME, REUSE, SKIP, StageState
+from runexp.compiler.sweep import points_estimated_alike, sweep_lines
 from runexp.compiler.terminal import paint
 
 SYMBOLS = {CREATE: "+", REBUILD: "~", RESUME: ">", REUSE: "=", SKIP: "-"}
@@ -103,9 +106,21 @@ def _budget_lines(plan: Plan, stage_id: str, est) -> list[str]:
         wall_time.assumed_save_seconds(est.parameters), train_steps=steps)
     how = "experiment.wall_time_margin_minutes" if chosen is not None else \
         "auto, for the budget and the model; set experiment.wall_time_margin_minutes"
-    return [f"wall-time budget: {hours:g} h, of which {margin / 60:.1f} min kept free ({how})",
-            f"expected last step of a fresh run: {last:,} of {steps:,}"
-            + (" (a later run continues)" if last < steps else "")]
+    out = [f"wall-time budget: {hours:g} h, of which {margin / 60:.1f} min kept free ({how})",
+           f"expected last step of a fresh run: {last:,} of {steps:,}"
+           + (" (a later run continues)" if last < steps else "")]
+    if last < steps:  # later sessions: each restarts first (compiler/wall_time.py)
+        cost = wall_time.restart_cost(est.parameters, plan.accelerator.get("type", "cpu"))
+        later = wall_time.expected_last_step(
+            budget, margin, est.hours * 3600.0 / steps,
+            stage.params["checkpoint_every"] if "checkpoint_every" in stage.params else steps,
+            wall_time.assumed_save_seconds(est.parameters),
+            startup_s=cost.seconds - cost.stop_save_s)
+        n = wall_time.sessions(steps, last, later)
+        out.append(f"sessions of {hours:g} h to the end: {n or 'never (a restart takes the '}"
+                   + (f" ({n - 1} restart{'' if n == 2 else 's'}, {cost.describe()})" if n
+                      else "budget)"))
+    return out
 
 
 def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
@@ -139,6 +154,9 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                      f"{paint(stage.id, 'bold')}  ({stage.kind})  will be "
                      f"{PARTICIPLES[st.action]}")
         lines.append(f"    why: {st.reason}")
+        packing = packing_of(plan, stage) if stage.kind == "pretrain" else None
+        if packing is not None:  # what batch_size counts, on packed rows (compiler/packing.py)
+            lines.append(f"    {packing.lines(stage.params['max_seq_length'])[1]}")
         for name, old, new in st.changes:
             lines.append(f"    ~ {name}: {_value(old)} -> {_value(new)}")
         if verbose and st.action not in (REUSE, SKIP):
@@ -164,19 +182,25 @@ def render_plan(plan: Plan, states: dict[str, StageState], dry_run: bool = True,
                      f"  (fingerprint {stage.fingerprint[:12]}{provisional})")
         lines.append("")
     ests = estimates(plan)
+    alike = points_estimated_alike(plan, ests)  # a sweep's points: each estimate once
     for stage_id, est in ests.items():
+        if stage_id in alike:
+            lines += [f"Estimates for {stage_id}: as for {alike[stage_id]}", ""]
+            continue
         lines.append(f"Estimates for {stage_id} (see compiler/estimates.py for how they are "
                      "made):")
         lines += [f"    {line}" for line in est.lines(plan.accelerator)]
         lines += [f"    {line}" for line in _budget_lines(plan, stage_id, est)]
         lines.append("")
+    lines += sweep_lines(plan, ests)  # each fine-tuning sweep: grid, size, time and cost
+    lines += ablation_lines(plan, ests)  # experiment.ablation: grid, shared stages, time
     for stage in plan.stages:  # a preprocess stage's Beam runner (compiler/stages/runner.py)
         runner = runner_lines(plan, stage) if stage.kind == "preprocess" else []
         if runner:
             lines.append(f"Runner of {stage.id}:")
             lines += [f"    {line}" for line in runner]
             lines.append("")
-    total = pretraining_total(plan, ests)
+    total = pretraining_total(plan, ests) if not plan.ablation else []  # points: not phases
     if total:
         lines.append("Estimates for pretraining, every phase:")
         lines += [f"    {line}" for line in total]

@@ -15,7 +15,7 @@ import dataclasses
 
 from runexp.compiler.specs import (ClassificationSpec, CorpusSpec, EvaluateSpec, ExperimentSpec,
                                    ExportSpec, FinetuneSpec, MixtureSpec, ModelSpec,
-                                   PreprocessSpec, TrainSpec, VocabSpec)
+                                   PreprocessSpec, SweepSpec, TrainSpec, VocabSpec)
 from runexp.compiler.specs.base import REQUIRED, Param
 
 __all__ = ["CONFIGURABLES", "Configurable", "Param", "REQUIRED"]
@@ -39,7 +39,13 @@ def _configurable(spec: type, doc: str, scoped: bool = False, **extra: Param) ->
 
 
 CONFIGURABLES: dict[str, Configurable] = {
-    "experiment": _configurable(ExperimentSpec, "The experiment as a whole."),
+    "experiment": _configurable(
+        ExperimentSpec, "The experiment as a whole.",
+        ablation=Param("dict", None, optional=True,
+                       doc="a grid over gin macros or bindings and the values each takes, "
+                           "e.g. {'MASKED_LM_PROB': [0.15, 0.2]}: the experiment planned once "
+                           "per combination, the stages a value changes once per point "
+                           "(compiler/ablation.py); None: no ablation")),
     "builtin_corpus": _configurable(CorpusSpec,
                                     "The corpus built from the Python standard library."),
     "vocab": _configurable(VocabSpec, "The vocabulary: adopted from a file, or trained as a "
@@ -78,7 +84,8 @@ CONFIGURABLES: dict[str, Configurable] = {
         suite=Param("str_list", [], doc="a downstream suite instead of one task: GLUE task "
                                         "names (read from glue.data_dir) and "
                                         "classification_task names, one finetune stage each, "
-                                        "scored together by the suite stage")),
+                                        "scored together by the suite stage"),
+        **SweepSpec.gin_params()),
     "glue": Configurable({"data_dir": Param("str", None, optional=True,
                                             doc="GLUE's data in its published layout: MNLI/, "
                                                 "QQP/, ... (compiler/glue_tasks.py)")},

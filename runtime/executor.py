@@ -205,6 +205,14 @@ def _results(plan: Plan, summaries: dict) -> list[str]:
             baseline = (f" (majority class: {scores['majority_baseline']:.3f})"
                         if "majority_baseline" in scores else "")
             lines.append(f"  {stage.id}: {label} {values}{baseline}")
+    for stage in plan.stages:  # a fine-tuning sweep: its selection (runtime/stages/sweep.py)
+        s = summaries.get(stage.id, {})
+        if stage.kind == "sweep" and s.get("selected") is not None:
+            spread = f" ± {s['std']:.3f}" if s.get("std") is not None else ""
+            lines.append(f"  {stage.id}: selected {s['selected']} (dev {s.get('metric')} "
+                         f"{s['mean']:.3f}{spread} over its seeds) of {s.get('points')} "
+                         f"points; exported {s.get('exported')}; the grid: "
+                         f"{stage.id}/sweep.json, grid.png")
     suite = summaries.get("suite")
     if suite and suite.get("glue_average") is not None:
         lines.append(f"  GLUE average {suite['glue_average']:.3f} over "

@@ -218,12 +218,16 @@ class Embeddings(tf.Module):
                                              normal_init([config.max_position_embeddings, h], std))
         self.layer_norm = LayerNorm(f"{scope}/LayerNorm", h)
 
-    def __call__(self, input_ids, segment_ids, training: bool):
-        """Returns [batch * seq, hidden]."""
+    def __call__(self, input_ids, segment_ids, training: bool, position_ids=None):
+        """Returns [batch * seq, hidden]. ``position_ids`` [batch, seq]: each token's
+        position (a packed row's restart at 0 with each instance); None: 0 .. seq - 1."""
         seq_length = tf.shape(input_ids)[1]
         flat_ids = tf.reshape(input_ids, [-1])
         x = tf.gather(self.word_embeddings, flat_ids)
         x += tf.gather(self.token_type_embeddings, tf.reshape(segment_ids, [-1]))
+        if position_ids is not None:
+            x += tf.gather(self.position_embeddings, tf.reshape(position_ids, [-1]))
+            return self.dropout(self.layer_norm(x), self.config.hidden_dropout_prob, training)
         positions = self.position_embeddings[:seq_length]
         batch = tf.shape(input_ids)[0]
         x = tf.reshape(x, [batch, seq_length, -1]) + positions[tf.newaxis]

@@ -11,6 +11,10 @@ Usage:
     loss, stats = model.loss(features, training=True)
     model.google_variables()                    # {"bert/embeddings/word_embeddings": var, ...}
 
+``features`` may be packed rows (tasks/packing.py: ``instance_ids``, ``position_ids``, ...):
+the same loss and gradients as their instances one a row (BertPretrainer), the same
+variables; the exports serve one instance a row.
+
 Activations are kept flat as [batch * seq, hidden] between layers so every dense layer is
 one 2-D matmul; the query/key/value kernels are concatenated into one matmul per layer.
 """
@@ -29,6 +33,28 @@ from runexp.runtime.layers import (ACTIVATIONS, Dense, Dropout, Embeddings, Laye
                                    vocab_cross_entropy)
 
 RECOMPUTE = ("none", "layers")
+
+
+def is_packed(features: Mapping[str, tf.Tensor]) -> bool:
+    """Whether a pretraining batch holds packed rows (several instances a row; their
+    features: tasks/packing.py)."""
+    return "instance_ids" in features
+
+
+def packed_inputs(features: Mapping[str, tf.Tensor]) -> dict | None:
+    """The encoder's ``packing`` argument of a batch: None when it is not packed."""
+    if not is_packed(features):
+        return None
+    return {k: features[k] for k in ("position_ids", "instance_ids",
+                                     "next_sentence_positions")}
+
+
+def _flat_positions(positions, seq_length):
+    """Row positions [batch, n] -> indices [batch * n] into a flat [batch * seq, ...]."""
+    positions = tf.cast(positions, tf.int32)
+    offsets = tf.range(tf.shape(positions)[0])[:, tf.newaxis] * seq_length
+    return tf.reshape(positions + offsets, [-1])
+
 
 class TransformerLayer(tf.Module):
     """One post-LayerNorm transformer block, ``bert/encoder/layer_<i>``."""
@@ -71,8 +97,9 @@ class TransformerLayer(tf.Module):
         return tf.recompute_grad(layer)(x)
 
     def __call__(self, x, attention_bias, batch, seq_length, training: bool, keys=None):
-        """x: [batch * seq, hidden]; attention_bias: [batch, 1, 1, seq] (0 or -10000);
-        keys: None (dropout draws from its generator), or ``dropout_keys``."""
+        """x: [batch * seq, hidden]; attention_bias: [batch, 1, 1, seq] (0 or -10000 by
+        key), or [batch, 1, seq, seq] (by query and key: packed rows); keys: None (dropout
+        draws from its generator), or ``dropout_keys``."""
         c = self.config
         keys = keys or [None, None, None]
         heads = c.num_attention_heads
@@ -124,31 +151,51 @@ class BertEncoder(tf.Module):
         self.pooler = Dense("bert/pooler/dense", config.hidden_size, config.hidden_size,
                             config.initializer_range)
 
-    def __call__(self, input_ids, input_mask, segment_ids, training: bool = False):
+    def __call__(self, input_ids, input_mask, segment_ids, training: bool = False,
+                 packing: Mapping[str, tf.Tensor] | None = None):
         """Encodes a batch.
 
         Args:
           input_ids, input_mask, segment_ids: int32 [batch, seq].
           training: applies dropout when True.
+          packing: None (one instance a row), or a packed batch's ``position_ids``,
+            ``instance_ids`` [batch, seq] and ``next_sentence_positions`` [batch, K]
+            (``packed_inputs``).
 
         Returns:
-          (sequence_output [batch * seq, hidden] flat, pooled_output [batch, hidden]).
+          (sequence_output [batch * seq, hidden] flat, pooled_output [batch, hidden]; packed:
+          [batch * K, hidden], the pooler at each instance's [CLS]).
         """
-        layers, pooled = self.layer_outputs(input_ids, input_mask, segment_ids, training)
+        layers, pooled = self.layer_outputs(input_ids, input_mask, segment_ids, training,
+                                            packing)
         return layers[-1], pooled
 
-    def layer_outputs(self, input_ids, input_mask, segment_ids, training: bool = False):
+    def layer_outputs(self, input_ids, input_mask, segment_ids, training: bool = False,
+                      packing: Mapping[str, tf.Tensor] | None = None):
         """``__call__`` keeping every layer's output (the exported encoder's
         ``encoder_outputs``).
+
+        A packed row (``packing``) holds up to K instances one after the other: positions
+        restart at 0 with each, a token attends only to the tokens of its own instance
+        (``instance_ids`` equal; padding, id 0, only to padding: its outputs are never
+        read), and the pooler runs at each instance's [CLS]. Every instance's outputs are
+        then those it has alone in a row of its own (up to float rounding).
 
         Returns:
           ([embeddings output, then each transformer layer's output], each [batch * seq,
           hidden] flat; the last is ``__call__``'s sequence_output), pooled_output.
         """
         batch, seq_length = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
-        mask = tf.cast(input_mask, tf.float32)
-        attention_bias = ((1.0 - mask) * -10000.0)[:, tf.newaxis, tf.newaxis, :]
-        x = self.embeddings(input_ids, segment_ids, training)
+        if packing is None:
+            mask = tf.cast(input_mask, tf.float32)
+            attention_bias = ((1.0 - mask) * -10000.0)[:, tf.newaxis, tf.newaxis, :]
+            x = self.embeddings(input_ids, segment_ids, training)
+        else:
+            instances = packing["instance_ids"]
+            same = tf.equal(instances[:, :, tf.newaxis], instances[:, tf.newaxis, :])
+            attention_bias = ((1.0 - tf.cast(same, tf.float32)) * -10000.0)[:, tf.newaxis]
+            x = self.embeddings(input_ids, segment_ids, training,
+                                position_ids=packing["position_ids"])
         outputs = [x]
         for layer in self.layers:
             if self.recompute == "layers":
@@ -156,7 +203,11 @@ class BertEncoder(tf.Module):
             else:
                 x = layer(x, attention_bias, batch, seq_length, training)
             outputs.append(x)
-        first_token = tf.reshape(x, [batch, seq_length, self.config.hidden_size])[:, 0]
+        if packing is None:
+            first_token = tf.reshape(x, [batch, seq_length, self.config.hidden_size])[:, 0]
+        else:
+            first_token = tf.gather(x, _flat_positions(packing["next_sentence_positions"],
+                                                       seq_length))
         pooled = tf.tanh(self.pooler(first_token))
         return outputs, pooled
 
@@ -223,6 +274,14 @@ class BertPretrainer(tf.Module):
       xla: the model runs under XLA (jit_compile, TPUs): dropout draws ThreeFry bits.
       recompute: "none", or "layers": each transformer layer recomputes its activations in
         the backward pass (same gradients as "none" with ``xla``; same variables).
+
+    Packed batches (``is_packed``: several instances a row, tasks/packing.py) are an input
+    format only: the same variables, and the same loss as the same instances one a row. The
+    masked-LM loss is sum(weight * cross-entropy) / sum(weight) over every prediction of the
+    batch (a row's predictions are its instances'); the next-sentence loss is the mean over
+    the batch's instances (``next_sentence_weights`` 1 for a real instance, 0 for an empty
+    slot), its logits from the pooler at each instance's [CLS]. The stat ``examples`` counts
+    instances, not rows.
     """
 
     # The keys of loss_stats (the trainer sums them over steps, micro-batches, replicas).
@@ -238,9 +297,11 @@ class BertPretrainer(tf.Module):
                                       compute_dtype)
 
     def __call__(self, features: Mapping[str, tf.Tensor], training: bool = False):
-        """Returns (mlm_logits [batch * predictions, vocab], nsp_logits [batch, 2])."""
+        """Returns (mlm_logits [batch * predictions, vocab], nsp_logits [batch, 2]; packed:
+        [batch * K, 2], one row per instance slot)."""
         sequence_output, pooled = self.encoder(
-            features["input_ids"], features["input_mask"], features["segment_ids"], training)
+            features["input_ids"], features["input_mask"], features["segment_ids"], training,
+            packing=packed_inputs(features))
         seq_length = tf.shape(features["input_ids"])[1]
         mlm = self.heads.mlm_logits(sequence_output, features["masked_lm_positions"],
                                     seq_length)
@@ -269,22 +330,38 @@ class BertPretrainer(tf.Module):
         nsp_ce = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=nsp_labels,
                                                                 logits=nsp_logits)
         nsp_pred = tf.argmax(nsp_logits, axis=-1, output_type=tf.int32)
+        nsp_hit = tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)
+        if is_packed(features):
+            # Each instance slot weighted: 1 for an instance, 0 for an empty slot.
+            nsp_weights = tf.reshape(tf.cast(features["next_sentence_weights"], tf.float32),
+                                     [-1])
+            nsp_loss_sum = tf.reduce_sum(nsp_weights * nsp_ce)
+            nsp_correct = tf.reduce_sum(nsp_weights * nsp_hit)
+            instances = tf.reduce_sum(nsp_weights)
+        else:
+            nsp_loss_sum, nsp_correct = tf.reduce_sum(nsp_ce), tf.reduce_sum(nsp_hit)
+            instances = tf.cast(tf.shape(nsp_labels)[0], tf.float32)
         return {
             "mlm_loss_sum": tf.reduce_sum(weights * mlm_ce),
             "mlm_weight": tf.reduce_sum(weights),
             "mlm_correct": tf.reduce_sum(weights * tf.cast(tf.equal(mlm_pred, ids), tf.float32)),
-            "nsp_loss_sum": tf.reduce_sum(nsp_ce),
-            "nsp_correct": tf.reduce_sum(tf.cast(tf.equal(nsp_pred, nsp_labels), tf.float32)),
-            "examples": tf.cast(tf.shape(nsp_labels)[0], tf.float32),
+            "nsp_loss_sum": nsp_loss_sum,
+            "nsp_correct": nsp_correct,
+            "examples": instances,
         }
 
     @staticmethod
     def loss_denominators(features: Mapping[str, tf.Tensor]) -> dict:
         """What ``objective`` divides by, from the inputs alone (no forward pass): summed over
         the whole global batch first, the per-replica and per-micro-batch losses add up to
-        the global batch's loss exactly."""
+        the global batch's loss exactly. ``examples``: the batch's instances (packed: the
+        sum of ``next_sentence_weights``)."""
+        if is_packed(features):
+            instances = tf.reduce_sum(tf.cast(features["next_sentence_weights"], tf.float32))
+        else:
+            instances = tf.cast(tf.shape(features["next_sentence_labels"])[0], tf.float32)
         return {"mlm_weight": tf.reduce_sum(tf.cast(features["masked_lm_weights"], tf.float32)),
-                "examples": tf.cast(tf.shape(features["next_sentence_labels"])[0], tf.float32)}
+                "examples": instances}
 
     @staticmethod
     def objective(stats: Mapping[str, tf.Tensor], denominators: Mapping[str, tf.Tensor]):

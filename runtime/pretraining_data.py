@@ -29,6 +29,10 @@ skips the batches consumed by reading them. A run that started with it resumes w
 - Dynamic masking is the task's seqio preprocessor (tasks/seqio_tasks.py): an example's mask
   comes from ``[key, position]``, its position in the task's stream, so a skip to batch N
   gives the masks an uninterrupted run gave there, and each epoch gives an example a new mask.
+- Packed rows (tasks/packing.py): a packed train split's records are rows of up to three
+  instances, with their own features (``instance_ids``, ...; the model reads them,
+  runtime/model.py); positions, batches and resumes count rows. ``packing_factor``: instances
+  a row, from the stage's stats.
 - Mixtures: several data dirs with rates are also a registered ``seqio.Mixture`` (members
   in the order given: the pretrain stage sorts them by task name, so the stream never depends
   on how a gin file listed them). Version 2 picks the member of every position by a seeded
@@ -81,6 +85,29 @@ def register_data(data_dirs: Sequence[str]) -> list[str]:
 def has_split(data_dir: str, split: str) -> bool:
     """Whether the task a preprocess stage directory caches has ``split``."""
     return records.has_split(records.task_cache_of(data_dir)[1], split)
+
+
+def packing_factor(data_dirs: Sequence[str], rates: Optional[Sequence[float]] = None
+                   ) -> float:
+    """Instances a train record holds, as the preprocess stages counted them (packed rows,
+    tasks/packing.py: their stats' ``instances`` over ``rows``; 1 unpacked); a mixture's
+    members weighted by their rates."""
+    factors = []
+    for d in data_dirs:
+        _, cache_dir = records.task_cache_of(d)
+        with open(records.stats_path(cache_dir, "train"), encoding="utf-8") as f:
+            stats = json.load(f)
+        factors.append(stats["instances"] / stats["rows"] if stats.get("rows") else 1.0)
+    weights = [float(r) for r in (rates or [1.0] * len(factors))]
+    return sum(w * f for w, f in zip(weights, factors)) / sum(weights)
+
+
+def split_predictions(data_dir: str, split: str) -> int:
+    """The prediction slots of a split's records: ``max_predictions_per_seq``, or a packed
+    split's per row (tasks/packing.py)."""
+    _, cache_dir = records.task_cache_of(data_dir)
+    with open(records.info_path(cache_dir, split), encoding="utf-8") as f:
+        return json.load(f)["features"]["masked_lm_ids"]["shape"][0]
 
 
 def host_seed(seed: int, shard_info: Optional[seqio.ShardInfo]) -> int:

@@ -23,12 +23,18 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from typing import Callable
 
 from runexp.compiler.exit_codes import EXIT_DEADLINE, EXIT_PREEMPTED  # noqa: F401 (re-exported)
 
 # Longest wait between attempts, whatever backoff_s and the attempt number say.
 MAX_BACKOFF_S = 600.0
+# An attempt that ran at least this long before it was preempted made progress: the next
+# wait starts again from backoff_s. Over a days-long run on preemptible machines, the wait
+# after the twentieth preemption is the first one's, not ten minutes; only preemptions in
+# quick succession (a machine that is taken again at once) back off.
+BACKOFF_RESET_S = 1800.0
 
 
 def backoff_seconds(backoff_s: float, attempt: int) -> float:
@@ -45,8 +51,9 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
     Args:
       argv: the command and its arguments.
       max_attempts: launches in all (the first included), >= 1.
-      backoff_s: seconds before the first relaunch; doubled for each further one (capped
-        at MAX_BACKOFF_S).
+      backoff_s: seconds before the first relaunch; doubled for each further one in a row
+        of attempts shorter than BACKOFF_RESET_S (capped at MAX_BACKOFF_S); after a longer
+        attempt, backoff_s again.
       say: where the one line per relaunch goes (default: stderr).
 
     Returns:
@@ -73,11 +80,13 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, forward)
     try:
-        attempt = 1
+        attempt, streak = 1, 0  # streak: preempted attempts in a row shorter than the reset
         while True:
+            started = time.monotonic()
             state["child"] = subprocess.Popen(argv)
             code = state["child"].wait()
             state["child"] = None
+            streak = 1 if time.monotonic() - started >= BACKOFF_RESET_S else streak + 1
             if code != EXIT_PREEMPTED or state["stopping"] is not None:
                 return code
             if attempt >= max_attempts:
@@ -85,7 +94,7 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
                     f"{EXIT_PREEMPTED}); no attempts left, giving up. Run the same command "
                     "again to continue from the latest checkpoint.")
                 return code
-            wait = backoff_seconds(backoff_s, attempt)
+            wait = backoff_seconds(backoff_s, streak)
             say(f"runexp: attempt {attempt}/{max_attempts} was preempted (exit "
                 f"{EXIT_PREEMPTED}); relaunching in {wait:g} s (attempt {attempt + 1}/"
                 f"{max_attempts}): {command}")

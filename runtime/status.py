@@ -1,7 +1,9 @@
 """`runexp status ROOT`: how an experiment stands, for people and (``--json``) for machines.
 
 Read from small files only (plan.json, each stage's MANIFEST.json, a training stage's
-train_log.jsonl and checkpoints, the root's RUN_LOCK.json): no TensorFlow, cheap on gs://.
+checkpoints, the root's RUN_LOCK.json) and the end of a training stage's train_log.jsonl
+(runtime/log_reader.py: a block or two, however long the run): no TensorFlow, cheap on
+gs://.
 
 A run is *live* when the root's lock is (runtime/run_lock.py); the stage named in the lock is
 then "running", and a training stage shows its last logged step, loss, rate and ETA. A stage
@@ -19,33 +21,37 @@ from runexp.compiler.kinds import KINDS, TRAINING_KINDS
 from runexp.compiler.plan import MANIFEST_FILE, Plan
 from runexp.compiler.render import PARTICIPLES, SYMBOLS
 from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
-from runexp.runtime import run_lock
+from runexp.runtime import log_reader, run_lock
 
 Reader = Callable[[str], Optional[str]]
 
 
-def _records(text: Optional[str]) -> list[dict]:
-    out = []
-    for line in (text or "").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a line cut by a kill
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+def _log_tail(stage, checkpoint_step: Optional[int]) -> tuple[Optional[dict], Optional[dict]]:
+    """The train log's last metrics record and the wall-time stop of ``checkpoint_step``
+    (None: none), read back from the log's end only as far as they can be."""
+    last = stop = None
+    src = log_reader.source(log_reader.log_path(stage.output_dir, log_reader.TRAIN_LOG))
+    for r in log_reader.backward(src):
+        if not log_reader.is_metrics(r):
+            if stop is None and r.get("event") == "deadline_stop" \
+                    and r.get("deadline_seconds_left") is not None:
+                stop = r
+        elif last is None:
+            last = r
+        if last is not None and (stop is not None or not checkpoint_step
+                                 or (r.get("step") or 0) < checkpoint_step):
+            break  # an earlier stop is at an earlier step than the checkpoint's
+    return last, stop
 
 
-def _training(stage, read: Reader, live: bool) -> dict:
+def _training(stage, live: bool) -> dict:
     """Step, loss, rate and ETA of a training stage from its log; its stop, if any."""
     spec = KINDS[stage.kind].spec.from_stage(stage)
     out: dict = {"train_steps": spec.train_steps}
-    records = _records(read(f"{stage.output_dir}/train_log.jsonl"))
-    metrics = [r for r in records if "event" not in r]
     step = latest_checkpoint_step(stage.output_dir)
     out["checkpoint_step"] = step
-    if metrics:
-        last = metrics[-1]
+    last, stop = _log_tail(stage, step)
+    if last is not None:
         out.update(step=last.get("step"), loss=last.get("loss"),
                    examples_per_second=last.get("examples_per_second"),
                    logged_at=last.get("time"))
@@ -53,11 +59,9 @@ def _training(stage, read: Reader, live: bool) -> dict:
         if live and eps and batch and out["train_steps"]:
             left = max(0, int(out["train_steps"]) - int(last.get("step") or 0))
             out["eta_seconds"] = round(left * float(batch) / float(eps))
-    stops = [r for r in records if r.get("event") == "deadline_stop"
-             and r.get("deadline_seconds_left") is not None]
-    if stops and step and stops[-1].get("step") == step:
+    if stop is not None and step and stop.get("step") == step:
         out["stop"] = {"reason": "wall-time budget", "step": step,
-                       "deadline_seconds_left": stops[-1]["deadline_seconds_left"]}
+                       "deadline_seconds_left": stop["deadline_seconds_left"]}
     return out
 
 
@@ -79,7 +83,7 @@ def status(plan: Plan, read: Reader) -> dict:
         else:
             entry.update(state="not done", next_run=st.action, reason=st.reason)
         if stage.kind in TRAINING_KINDS and st.action != REUSE:
-            entry.update(_training(stage, read, entry["state"] == "running"))
+            entry.update(_training(stage, entry["state"] == "running"))
         stages.append(entry)
     out = {"experiment": plan.experiment, "output_root": plan.output_root,
            "stages": stages, "done": sum(s["state"] == "done" for s in stages),

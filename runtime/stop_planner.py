@@ -52,6 +52,16 @@ from typing import Callable
 from runexp.compiler import wall_time
 
 
+# How many of the latest save and evaluation times a planner keeps (StopPlanner.saves).
+RECENT = 32
+
+
+def _keep_recent(values: list, value: float) -> None:
+    values.append(value)
+    if len(values) > RECENT:
+        del values[0]
+
+
 def format_duration(seconds: float) -> str:
     """h:mm:ss (negative: -h:mm:ss)."""
     sign = "-" if seconds < 0 else ""
@@ -84,8 +94,13 @@ class StopPlanner:
         self.shrink = shrink
         self._step_times: collections.deque = collections.deque(maxlen=max(int(window), 1))
         self._tracing_s: float | None = None  # the first call's time, per step
-        self.saves: list[float] = []  # seconds each checkpoint of this run took
-        self.evals: list[float] = []  # seconds each held-out evaluation took
+        # Seconds the latest checkpoints and held-out evaluations took (at most RECENT of
+        # each, for reports), and the slowest of each in this run: the planner's memory and
+        # work per call stay the same however long the run.
+        self.saves: list[float] = []
+        self.evals: list[float] = []
+        self.slowest_save: float | None = None
+        self.slowest_eval: float | None = None
         self.last_save_done: float | None = None  # clock() when the latest save ended
         self._upload_until: float | None = None  # when the upload in flight should end
 
@@ -104,7 +119,8 @@ class StopPlanner:
     def record_save(self, seconds: float) -> None:
         """A checkpoint took ``seconds`` (written, and uploaded on gs://); it is complete now
         (a background upload: it has just ended)."""
-        self.saves.append(float(seconds))
+        self.slowest_save = max(float(seconds), self.slowest_save or 0.0)
+        _keep_recent(self.saves, float(seconds))
         self.last_save_done = self.clock()
         self._upload_until = None
 
@@ -114,7 +130,8 @@ class StopPlanner:
         self._upload_until = self.clock() + self.save_seconds
 
     def record_eval(self, seconds: float) -> None:
-        self.evals.append(float(seconds))
+        self.slowest_eval = max(float(seconds), self.slowest_eval or 0.0)
+        _keep_recent(self.evals, float(seconds))
 
     # -- the figures the plan uses --------------------------------------------------------
 
@@ -129,7 +146,7 @@ class StopPlanner:
     @property
     def save_seconds(self) -> float:
         """A checkpoint's cost: the slowest of this run's, or the assumption before any."""
-        return max(self.saves) if self.saves else self.assumed_save_s
+        return self.slowest_save if self.slowest_save is not None else self.assumed_save_s
 
     def seconds_left(self) -> float:
         return self.deadline - self.clock()
@@ -172,7 +189,7 @@ class StopPlanner:
     def eval_fits(self) -> bool:
         """Whether a held-out evaluation as slow as the slowest so far still leaves the
         margin and a checkpoint free (the first one is not known: it runs)."""
-        return not self.evals or self.spare_s() >= max(self.evals)
+        return self.slowest_eval is None or self.spare_s() >= self.slowest_eval
 
     def expected_last_step(self, step: int, train_steps: int, checkpoint_every: int) -> int:
         """The step this run is expected to stop at, from ``step`` and the figures so far."""

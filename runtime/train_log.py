@@ -2,7 +2,7 @@
 ``train_log.jsonl`` (one record per ``log_every`` steps: metrics, learning rate, examples/s,
 step time, ...; and records with an ``"event"`` key, e.g. ``"deadline_stop"`` with
 ``deadline_seconds_left``), ``eval_log.jsonl`` (held-out metrics) and TensorBoard scalars
-under ``tensorboard/``.
+under ``tensorboard/``. The logs are read by runtime/log_reader.py.
 
 Usage:
     log = RunLog(work_dir, tf.summary.create_file_writer(...))
@@ -22,8 +22,9 @@ from typing import Mapping
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-TRAIN_LOG = "train_log.jsonl"
-EVAL_LOG = "eval_log.jsonl"
+from runexp.runtime import log_reader
+from runexp.runtime.log_reader import EVAL_LOG, TRAIN_LOG
+
 TENSORBOARD_SUBDIR = "tensorboard"
 
 # What tensorboard's own scalar summary writes; tf.summary.scalar needs the tensorboard
@@ -70,35 +71,17 @@ def format_eta(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """The complete records of a jsonl log (a line cut short by a kill is dropped)."""
-    if not os.path.exists(path):
-        return []
-    out = []
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
 def last_metrics(work_dir: str) -> dict:
-    """The latest metrics record of the train log ({} if none)."""
-    records = [r for r in read_jsonl(os.path.join(work_dir, TRAIN_LOG)) if "event" not in r]
-    return records[-1] if records else {}
+    """The latest metrics record of the train log ({} if none); reads only the log's end."""
+    src = log_reader.source(os.path.join(work_dir, TRAIN_LOG))
+    return log_reader.last(src, log_reader.is_metrics) or {}
 
 
 def trim_logs(work_dir: str, step: int) -> None:
     """Drops the records past ``step``: a run killed between a log line and its checkpoint
-    logged steps it will redo."""
+    logged steps it will redo (log_reader.trim: reads back only over what it cuts)."""
     for name in (TRAIN_LOG, EVAL_LOG):
-        path = os.path.join(work_dir, name)
-        if os.path.exists(path):
-            kept = [r for r in read_jsonl(path) if r.get("step", 0) <= step]
-            with open(path, "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in kept)
+        log_reader.trim(os.path.join(work_dir, name), step)
 
 
 def _append(path: str, record: dict) -> None:

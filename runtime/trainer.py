@@ -62,8 +62,8 @@ from runexp.runtime.distributed import (broadcast_from_first_replica, distribute
 from runexp.runtime.optimizer import DynamicLossScale
 from runexp.runtime.preemption import DeadlineReached, Preempted, PreemptionWatcher
 from runexp.runtime.stop_planner import StopPlanner
-from runexp.runtime.train_log import (EVAL_LOG, TENSORBOARD_SUBDIR, TRAIN_LOG,  # noqa: F401
-                                      RunLog, classification_metrics, format_eta,
+from runexp.runtime.train_log import (TENSORBOARD_SUBDIR, RunLog,  # noqa: F401
+                                      classification_metrics, format_eta,
                                       last_metrics, pretraining_metrics, trim_logs,
                                       write_scalar)
 from runexp.runtime.train_loop_config import TrainLoopConfig

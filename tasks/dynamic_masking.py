@@ -92,6 +92,8 @@ def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
       0), ``masked_lm_ids`` (int32) and ``masked_lm_weights`` (float32) [batch, width];
       ``word_starts`` dropped.
     """
+    if "instance_ids" in features:
+        return _mask_packed(features, seeds, config)
     ids = features["input_ids"]
     length = ids.shape[1]
     width = config.spec.max_predictions_per_seq
@@ -116,6 +118,11 @@ def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
         picked = tf.pad(picked, [[0, 0], [0, width - picked.shape[1]]], constant_values=length)
     valid = picked < length
     positions = tf.where(valid, picked, 0)
+    return _replace(features, ids, positions, valid, u, random_ids, config)
+
+
+def _replace(features, ids, positions, valid, u, random_ids, config: MaskingConfig) -> dict:
+    """The features with the chosen ``positions`` (``valid`` slots) replaced, 80/10/10."""
     labels = tf.where(valid, tf.gather(ids, positions, batch_dims=1), 0)
     replacement = tf.where(
         u < config.spec.mask_token_prob, config.mask_id,
@@ -129,3 +136,89 @@ def mask_batch(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
     out["masked_lm_ids"] = labels
     out["masked_lm_weights"] = tf.cast(valid, tf.float32)
     return out
+
+
+def _mask_packed(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
+                 config: MaskingConfig) -> dict:
+    """``mask_batch`` of packed rows (tasks/packing.py): each instance of a row is masked
+    as an unpacked one would be (its own ``k`` from its own tokens; positions within it,
+    never its [CLS], [SEP]s or the padding; whole words inside it), and the row's
+    predictions fill its ``masked_lm_*`` slots (their width: the records'), ascending."""
+    ids = features["input_ids"]
+    length = ids.shape[1]
+    width = features["masked_lm_ids"].shape[1]
+    slots = features["next_sentence_weights"].shape[1]
+    inst = tf.cast(features["instance_ids"], tf.int32)
+    candidates = (inst > 0) & (ids != config.cls_id) & (ids != config.sep_id)
+    member = tf.one_hot(inst, slots + 1, dtype=tf.int32)[:, :, 1:]  # [batch, length, K]
+    n = tf.cast(tf.reduce_sum(member, axis=1), tf.float64)
+    maskable = tf.reduce_sum(member * tf.cast(candidates, tf.int32)[:, :, None], axis=1)
+    prob = tf.constant(config.spec.masked_lm_prob, tf.float64)
+    k = tf.minimum(tf.constant(config.spec.max_predictions_per_seq, tf.float64),
+                   tf.maximum(tf.constant(1.0, tf.float64), tf.round(n * prob)))
+    k = tf.where(n > 0, tf.minimum(tf.cast(k, tf.int32), maskable), 0)  # [batch, K]
+    keys, u, random_ids = _row_draws(seeds, length, width, config.vocab_size)
+    pos = tf.range(length)[None, :]
+    if config.spec.whole_word_masking:
+        chosen = _choose_whole_words_packed(candidates, features["word_starts"] > 0, inst, k,
+                                            keys, slots)
+    else:
+        # Per instance, its k candidates with the smallest keys: positions by key, then
+        # (stably) by instance, each ranked within its instance.
+        by_key = tf.argsort(tf.where(candidates, keys, 2.0), axis=1, stable=True)
+        owner = tf.where(tf.gather(candidates, by_key, batch_dims=1),
+                         tf.gather(inst, by_key, batch_dims=1), slots + 1)
+        order = tf.gather(by_key, tf.argsort(owner, axis=1, stable=True), batch_dims=1)
+        owner = tf.sort(owner, axis=1)
+        before = tf.cumsum(maskable, axis=1, exclusive=True)  # candidates of earlier instances
+        padded_k = tf.pad(k, [[0, 0], [1, 1]])  # owner 0 never occurs; K + 1: not a candidate
+        padded_before = tf.pad(before, [[0, 0], [1, 1]])
+        rank = pos - tf.gather(padded_before, owner, batch_dims=1)
+        take = rank < tf.gather(padded_k, owner, batch_dims=1)
+        chosen = tf.gather(take, tf.argsort(order, axis=1), batch_dims=1)  # by position
+    picked = tf.sort(tf.where(chosen, pos, length), axis=1)[:, :width]
+    if picked.shape[1] < width:
+        picked = tf.pad(picked, [[0, 0], [0, width - picked.shape[1]]], constant_values=length)
+    valid = picked < length
+    positions = tf.where(valid, picked, 0)
+    return _replace(features, ids, positions, valid, u, random_ids, config)
+
+
+def _choose_whole_words_packed(candidates, starts, inst, k, keys, slots: int):
+    """``_choose_whole_words`` with a budget per instance: the row's words in random order,
+    each taken while its instance's ``k`` still has room for it."""
+    batch, length = tf.shape(candidates)[0], tf.shape(candidates)[1]
+    starts = starts & candidates
+    word = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
+    words = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
+    rows = tf.range(batch)[:, None]
+    segment = tf.where(candidates, rows * length + word, batch * length)
+    flat = tf.reshape(segment, [-1])
+    sizes = tf.reshape(tf.math.unsorted_segment_sum(
+        tf.ones_like(flat), flat, batch * length + 1)[:-1], [batch, length])
+    # Each word's instance (its pieces are all in one: [CLS] and [SEP] part instances).
+    word_inst = tf.reshape(tf.math.unsorted_segment_max(
+        tf.reshape(inst, [-1]), flat, batch * length + 1)[:-1], [batch, length])
+    word_inst = tf.maximum(word_inst, 0)
+    pos = tf.range(length)[None, :]
+    order = tf.argsort(tf.where(pos < words[:, None], keys, 2.0), axis=1, stable=True)
+    budget = tf.pad(k, [[0, 0], [1, 0]])  # by instance id; 0: no instance
+
+    def body(r, total, taken):
+        w = order[:, r]
+        size = tf.gather(sizes, w, batch_dims=1)
+        owner = tf.gather(word_inst, w, batch_dims=1)
+        room = tf.gather(budget, owner, batch_dims=1) - tf.gather(total, owner, batch_dims=1)
+        ok = (r < words) & (owner > 0) & (size <= room)
+        taken = taken | (tf.one_hot(w, length, on_value=True, off_value=False) & ok[:, None])
+        total = total + tf.one_hot(owner, slots + 1, dtype=tf.int32) * tf.where(ok, size, 0)[:, None]
+        return r + 1, total, taken
+
+    def more(r, total, _):
+        return (r < tf.reduce_max(words)) & tf.reduce_any(
+            tf.reduce_any(total < budget, axis=1) & (r < words))
+
+    _, _, taken = tf.while_loop(
+        more, body, (tf.constant(0), tf.zeros([batch, slots + 1], tf.int32),
+                     tf.zeros([batch, length], tf.bool)))
+    return candidates & tf.gather(taken, word, batch_dims=1)

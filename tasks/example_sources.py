@@ -42,6 +42,8 @@ from runexp.compiler.formats.example_peek import (BERT_FEATURES, check_features,
 from runexp.tasks import records
 from runexp.tasks.example_cache import SplitCounts, ShardSplitter, ValueChecks, commit
 from runexp.compiler.shard_count import auto_num_shards
+from runexp.tasks.pretraining_shards import cached_tokenizer
+from runexp.tasks.text_files import expand_globs
 
 STAGING_DIR = ".examples-staging"  # under the stage directory, beside the cache
 BATCH = 1024
@@ -51,7 +53,6 @@ SPLITS = ("train", "validation")
 def cache_examples(ctx, config, cache_dir: str) -> dict:
     """Checks and caches the ready-made examples of ``config.source`` into ``cache_dir``
     (module docstring). Returns the stage summary."""
-    from runexp.tasks.pretraining_shards import cached_tokenizer
 
     start = time.monotonic()
     staging = os.path.join(ctx.work_dir, STAGING_DIR)
@@ -84,7 +85,6 @@ def cache_examples(ctx, config, cache_dir: str) -> dict:
 def _expand(patterns) -> list[str]:
     """The files of the planned globs, sorted: local ones with runexp's glob semantics,
     gs:// ones (an output root on local disk) through TensorFlow."""
-    from runexp.tasks.text_files import expand_globs
 
     files = set()
     for pattern in patterns or ():

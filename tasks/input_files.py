@@ -25,6 +25,8 @@ from __future__ import annotations
 import io
 import os
 from typing import Optional
+from runexp.runtime import storage
+from runexp.runtime.storage.transfer import listed_version, version_gone
 
 GS = "gs://"
 READ_AHEAD = 8 << 20  # bytes a remote reader asks for at once inside a range
@@ -79,7 +81,6 @@ class _LocalFile(io.FileIO):
 
 def _stat(path: str):
     """The blob of a pinned version, its metadata loaded (InputChangedError when gone)."""
-    from runexp.runtime.storage.transfer import listed_version
 
     return listed_version(*split_pinned(path))
 
@@ -134,15 +135,12 @@ class _ObjectReader(io.RawIOBase):
         return len(data)
 
     def _fetch(self, start: int, n: int) -> bytes:
-        from runexp.runtime import storage
-
         end = min(start + n, self.size) - 1  # inclusive, as the API takes it
         try:
             data = storage.gcs_call("read", self.uri, lambda: self._blob.download_as_bytes(
                 start=start, end=end, checksum=None, timeout=storage.retry_policy().timeout,
                 retry=None))
         except FileNotFoundError as exc:
-            from runexp.runtime.storage.transfer import version_gone
             raise version_gone(self.uri, self.generation) from exc
         FetchStats.requests += 1
         FetchStats.bytes += len(data)

@@ -153,8 +153,13 @@ def format_example(features: dict[str, list], tokenizer) -> list[str]:
         if w > 0:
             marks[pos] = label
     mask_id = tokenizer.mask_id
+    instances = features.get("instance_ids")  # a packed row (tasks/packing.py)
     segments: dict[int, list[str]] = {0: [], 1: []}
+    lines: list[str] = []
     for p in range(n):
+        if instances is not None and p and instances[p] != instances[p - 1]:
+            lines += _segment_lines(segments, instances[p - 1])
+            segments = {0: [], 1: []}
         now = ids[p]
         if p in marks:
             original = _token(tokenizer, marks[p])
@@ -167,9 +172,16 @@ def format_example(features: dict[str, list], tokenizer) -> list[str]:
         else:
             text = _token(tokenizer, now)
         segments[features["segment_ids"][p] if p < len(features["segment_ids"]) else 0].append(text)
-    lines = ["  A: " + " ".join(segments[0])]
+    return lines + _segment_lines(segments, instances[n - 1] if instances is not None and n
+                                  else None)
+
+
+def _segment_lines(segments: dict[int, list[str]], instance=None) -> list[str]:
+    """An instance's A and B; ``instance``: its number in a packed row."""
+    head = f"  [{instance}] " if instance is not None else "  "
+    lines = [head + "A: " + " ".join(segments[0])]
     if segments[1]:
-        lines.append("  B: " + " ".join(segments[1]))
+        lines.append(head + "B: " + " ".join(segments[1]))
     return lines
 
 
@@ -207,6 +219,10 @@ def inspect_examples(data_dir: str, vocab_dir: str, split: str, n: int) -> str:
             real = sum(features["input_mask"])
             m = sum(1 for w in features["masked_lm_weights"] if w > 0)
             label = features.get("next_sentence_labels", [0])[0]
+            if "instance_ids" in features:  # a packed row: its instances' labels
+                k = int(sum(features["next_sentence_weights"]))
+                label = "s " + ", ".join(str(x) for x in features["next_sentence_labels"][:k])
+                real = f"{k} instance(s), {real}"
             out.append(f"example {i + 1}: {real} tokens, {m} predicted, next-sentence label "
                        f"{label}")
             out.extend(format_example(features, tokenizer))

@@ -16,6 +16,10 @@ split's document index (16 bytes per document); the compiler's ``auto_num_shards
 shards at most 64 MiB of text. Instances are built, masked, serialised and written one batch
 at a time, already in their final order.
 
+With ``packing`` the train split's instances are packed into rows batch by batch (up to
+``BATCH_SIZE`` instances packed together, tasks/packing.py), after they are masked: each
+instance is made and masked as unpacked, so packing changes which row holds it, not it.
+
 Both the preprocess stage (parallel, to TFRecords) and the seqio task's uncached source
 (sequential, to feature dicts; the index built in-process, from one range) build shards
 here, so both give the same examples.
@@ -52,12 +56,14 @@ from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import input_files
 from runexp.tasks.masking import MaskingConfig
 from runexp.tasks.document_store import DocumentStore
+from runexp.tasks.packing import pack_batch
 from runexp.tasks.pretraining_instances import InstanceConfig, build_batch, plan_instances
 from runexp.tasks.text_files import InputIssues
 from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,
                                       build_split_index, plan_ranges, tokenize_range)
 from runexp.tasks.split_reader import local_index, open_index
 from runexp.tasks.tokenizer import Tokenizer, cached_tokenizer  # noqa: F401 (re-exported)
+from runexp.tasks.records import TFRecordWriter, encode_instance_batch, shard_path
 
 BATCH_SIZE = 1024
 
@@ -113,18 +119,29 @@ class ShardStats:
     # each job that built a local index (one per worker process). Not in counts(): it is a
     # cost, which depends on how the jobs were run, not a property of the output.
     input_bytes_read: int = 0
+    rows: int = 0  # packed rows (packing: records; instances stay the instances in them)
     issues: InputIssues = dataclasses.field(default_factory=InputIssues)
 
     COUNTS = ("documents", "sentences", "document_tokens", "unk_tokens", "instances", "tokens",
               "masked", "random_next", "input_bytes")
 
     def add(self, other: "ShardStats") -> None:
-        for name in self.COUNTS + ("input_bytes_read",):
+        for name in self.COUNTS + ("input_bytes_read", "rows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.issues.add(other.issues)
 
     def counts(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in self.COUNTS}
+        """The output's counts; ``rows`` only for a packed split (an unpacked one's stats
+        stay as they were before packing existed)."""
+        out = {name: getattr(self, name) for name in self.COUNTS}
+        if self.rows:
+            out["rows"] = self.rows
+        return out
+
+    @property
+    def records(self) -> int:
+        """The split's records: its rows when packed, else its instances."""
+        return self.rows or self.instances
 
 
 def summary_fields(totals: Mapping[str, ShardStats]) -> dict:
@@ -135,6 +152,17 @@ def summary_fields(totals: Mapping[str, ShardStats]) -> dict:
     return {"input_bytes": size, "input_bytes_read": read,
             "read_per_input_byte": round(read / size, 4) if size else 0.0}
 
+
+def packing_summary(stats: ShardStats, max_seq_length: int) -> dict:
+    """A packed split's MANIFEST entry: its ``instances``, ``rows``, the packing ``factor``
+    (instances a row), ``fill`` (real tokens / row tokens) and ``unpacked_fill`` (what one
+    instance a row would fill); compiler/estimates.py reads it."""
+    rows = max(stats.rows, 1)
+    return {"instances": stats.instances, "rows": stats.rows,
+            "factor": round(stats.instances / rows, 4),
+            "fill": round(stats.tokens / (rows * max_seq_length), 4),
+            "unpacked_fill": round(stats.tokens / (max(stats.instances, 1) * max_seq_length),
+                                   4)}
 
 
 def shard_documents(files: Sequence[str], vocab_dir: str, split: str, shard: int,
@@ -190,6 +218,7 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
     plan.reorder(np_rng.permutation(len(plan)))
     py_rng = shard_rng(config.random_seed, split, shard)
     source = index.source()
+    packed = config.is_packed(split)
     for start in range(0, len(plan), batch_size):
         batch = build_batch(store, plan, slice(start, start + batch_size), instance_config,
                             np_rng, py_rng, source)
@@ -197,6 +226,9 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
         stats.tokens += int(batch["input_mask"].sum())
         stats.masked += int(batch["masked_lm_weights"].sum())
         stats.random_next += int(batch["next_sentence_labels"].sum())
+        if packed:  # the batch's instances packed into rows (tasks/packing.py), in order
+            batch = pack_batch(batch, config.max_seq_length, config.predictions_per_row)
+            stats.rows += len(batch["input_ids"])
         yield batch
 
 
@@ -235,7 +267,6 @@ class ShardJob:
 
 def write_shard(job: ShardJob) -> tuple[str, int, ShardStats]:
     """Builds a shard and writes its TFRecord file (a top-level function, for worker pools)."""
-    from runexp.tasks.records import TFRecordWriter, encode_instance_batch
     stats = ShardStats()
     with TFRecordWriter(job.out_path) as writer:
         for batch in iter_shard_batches(job.files, job.vocab_dir, job.config, job.split,
@@ -256,7 +287,6 @@ def plan_shard_jobs(files_by_split: Mapping[str, Sequence[str]], vocab_dir: str,
     ``<spill_dir>/<split>`` while the jobs run; default spill_dir: ``out_dir/.preprocess-
     spill``. Both are deleted by run_shard_jobs; with ``index_dir`` the indexes are built in
     ``<index_dir>/<split>`` instead, and kept (``plan_prebuilt_shard_jobs`` reads them)."""
-    from runexp.tasks.records import shard_path
     spill_dir = spill_dir or os.path.join(out_dir, SPILL_DIR)
     jobs = []
     for split, files in files_by_split.items():
@@ -283,7 +313,6 @@ def plan_prebuilt_shard_jobs(index_root: str, vocab_dir: str, config: Pretrainin
     """The shard jobs of a later pretraining phase: every split indexed in ``index_root``
     (an earlier stage's kept indexes), ``num_shards`` shards each, written to ``out_dir``.
     No corpus file is read: the documents are the index's tokens."""
-    from runexp.tasks.records import shard_path
     return [ShardJob((), vocab_dir, config, split, shard, num_shards,
                      shard_path(out_dir, split, shard, num_shards),
                      os.path.join(index_root, split), prebuilt=True)

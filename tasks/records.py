@@ -8,6 +8,9 @@ Features (BERT's run_pretraining.py reads exactly these):
   word_starts                            int64 [max_seq_length], dynamically masked splits
                                          only: 1 where a maskable word starts
 
+A packed split (``packing``: several instances a row) has more: ``position_ids``,
+``instance_ids`` and per-instance ``next_sentence_*`` (tasks/packing.py, its layout).
+
 A split masked at training time (``dynamic_masking``) has the same features with
 unmasked ``input_ids`` and empty ``masked_lm_*`` (zeros), plus ``word_starts``; the task
 cache's ``masking.json`` says which splits those are and how to mask them
@@ -50,13 +53,14 @@ if TYPE_CHECKING:  # annotations only: numpy is not imported for them
     import numpy as np
 
 SEQIO_VERSION_WRITTEN = "0.0.20"  # the seqio whose reader this layout was checked against
-FLOAT_FEATURES = frozenset({"masked_lm_weights"})
+FLOAT_FEATURES = frozenset({"masked_lm_weights", "next_sentence_weights"})
 
 
 def feature_spec(max_seq_length: int, max_predictions_per_seq: int,
-                 word_starts: bool = False) -> dict[str, tuple]:
+                 word_starts: bool = False, packed: int = 0) -> dict[str, tuple]:
     """name -> (shape, dtype name as stored in the tf.train.Example); ``word_starts`` for a
-    split masked at training time."""
+    split masked at training time; ``packed``: up to that many instances a row
+    (tasks/packing.py; ``max_predictions_per_seq`` is then the row's), 0 for one."""
     spec = {
         "input_ids": ([max_seq_length], "int64"),
         "input_mask": ([max_seq_length], "int64"),
@@ -66,6 +70,14 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int,
         "masked_lm_weights": ([max_predictions_per_seq], "float32"),
         "next_sentence_labels": ([1], "int64"),
     }
+    if packed:
+        spec.update({
+            "position_ids": ([max_seq_length], "int64"),
+            "instance_ids": ([max_seq_length], "int64"),
+            "next_sentence_labels": ([packed], "int64"),
+            "next_sentence_positions": ([packed], "int64"),
+            "next_sentence_weights": ([packed], "float32"),
+        })
     if word_starts:
         spec["word_starts"] = ([max_seq_length], "int64")
     return spec
@@ -223,11 +235,12 @@ def seqio_dtype(stored: str) -> str:
 
 
 def write_info(out_dir: str, split: str, num_shards: int, max_seq_length: int,
-               max_predictions_per_seq: int, word_starts: bool = False) -> None:
+               max_predictions_per_seq: int, word_starts: bool = False, packed: int = 0) -> None:
     """Writes ``info.<split>.json`` as seqio's cache writer does (fixed shapes);
-    ``word_starts`` for a split masked at training time."""
+    ``word_starts`` for a split masked at training time; ``packed`` as feature_spec."""
     features = {name: {"shape": shape, "dtype": seqio_dtype(dtype)} for name, (shape, dtype)
-                in feature_spec(max_seq_length, max_predictions_per_seq, word_starts).items()}
+                in feature_spec(max_seq_length, max_predictions_per_seq, word_starts,
+                                packed).items()}
     info = {"num_shards": num_shards, "features": features,
             "seqio_version": SEQIO_VERSION_WRITTEN}
     _write_json(info_path(out_dir, split), info)

@@ -56,17 +56,22 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import seqio
 import tensorflow as tf
 
+from runexp.compiler.specs.preprocess import MAX_INSTANCES_PER_ROW
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import records
 from runexp.compiler.formats.classification_files import DataFileError, load_examples
 from runexp.tasks.classification import encode_examples, labels_of
 from runexp.tasks.dynamic_masking import mask_batch
 from runexp.tasks.masking import MaskingConfig
+from runexp.tasks.packing import PACKED_FEATURES
 from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
                                              iter_shard_batches)
 from runexp.tasks.records import feature_spec, seqio_dtype
 from runexp.tasks.seqio_vocabulary import seqio_vocabulary
 from runexp.tasks.text_files import expand_globs
+from runexp.compiler.plan import Plan
+from runexp.compiler.specs import FinetuneSpec
+from runexp.runtime import storage
 
 _TOKEN_FEATURES = ("input_ids", "masked_lm_ids")  # features whose values are vocab ids
 _SHUFFLE_BUFFER = 10_000
@@ -96,8 +101,10 @@ def _features(spec: Mapping[str, tuple], vocab: seqio.Vocabulary,
     for name, (shape, dtype) in spec.items():
         vocabulary = vocab if name in _TOKEN_FEATURES else seqio.PassThroughVocabulary(
             vocab.vocab_size)
+        # A packed task's own features are in its packed train split only.
         out[name] = seqio.Feature(vocabulary, add_eos=False, dtype=tf.as_dtype(seqio_dtype(dtype)),
-                                  rank=(ranks or {}).get(name, len(shape)))
+                                  rank=(ranks or {}).get(name, len(shape)),
+                                  required=name not in PACKED_FEATURES)
     return out
 
 
@@ -173,15 +180,18 @@ def _read_masking(cache_dir: str) -> Optional[dict]:
     return spec if spec is not None and "train" in spec.get("splits", ()) else None
 
 
-def _cache_shapes(cache_dir: str) -> tuple[list[str], int, int]:
-    """(splits, max_seq_length, max_predictions_per_seq) of a task cache's info files."""
+def _cache_shapes(cache_dir: str) -> tuple[list[str], int, int, int]:
+    """(splits, max_seq_length, max_predictions_per_seq, packed) of a task cache's info
+    files (the first split's; ``packed``: instances a row at most, 0 unpacked)."""
     infos = {s: _read_json(records.info_path(cache_dir, s)) for s in ("train", "validation")}
     splits = [s for s, info in infos.items() if info is not None]
     if not splits:
         raise FileNotFoundError(f"no info.<split>.json in {cache_dir}")
     features = infos[splits[0]]["features"]
+    packed = features["next_sentence_weights"]["shape"][0] \
+        if "instance_ids" in features else 0
     return (splits, features["input_ids"]["shape"][0],
-            features["masked_lm_ids"]["shape"][0])
+            features["masked_lm_ids"]["shape"][0], packed)
 
 
 def register_bert_pretraining_task(name: str, vocab_dir: Optional[str] = None,
@@ -209,7 +219,8 @@ def register_bert_pretraining_task(name: str, vocab_dir: Optional[str] = None,
     cached_masking = lambda: _read_masking(cache_dir) if cache_dir else None  # noqa: E731
     if train_files:
         config = PretrainingConfig.from_params(params)
-        seq, preds = config.max_seq_length, config.masking.max_predictions_per_seq
+        seq, preds = config.max_seq_length, config.predictions_per_row
+        packed = MAX_INSTANCES_PER_ROW if config.packing else 0
         source = _text_source(config, vocab_dir, train_files, validation_files, num_shards)
 
         def masking_spec():
@@ -221,13 +232,14 @@ def register_bert_pretraining_task(name: str, vocab_dir: Optional[str] = None,
     else:
         if cache_dir is None:
             raise ValueError(f"task {name}: give its text files or its cache_root")
-        splits, seq, preds = _cache_shapes(cache_dir)
+        splits, seq, preds, packed = _cache_shapes(cache_dir)
         source = seqio.FunctionDataSource(_cache_only(name), splits=splits)
         masking_spec = cached_masking
         placeholder = seqio.CacheDatasetPlaceholder(required=True)
     vocab = seqio_vocabulary(vocab_dir) if vocab_dir else seqio.PassThroughVocabulary(0)
     return _replace_task(
-        name, source=source, output_features=_features(feature_spec(seq, preds), vocab),
+        name, source=source, output_features=_features(feature_spec(seq, preds, packed=packed),
+                                                       vocab),
         preprocessors=[placeholder, dynamic_masking(name, masking_spec)],
         shuffle_buffer_size=_SHUFFLE_BUFFER)
 
@@ -250,8 +262,11 @@ def _text_source(config: PretrainingConfig, vocab_dir: Optional[str],
     def signature(split: str) -> dict:
         # A split masked at training time also has word_starts (tasks/records.py).
         return {k: tf.TensorSpec(shape, tf.as_dtype(seqio_dtype(dtype))) for k, (shape, dtype)
-                in feature_spec(config.max_seq_length, config.masking.max_predictions_per_seq,
-                                config.is_dynamic(split)).items()}
+                in feature_spec(config.max_seq_length,
+                                config.predictions_per_row if config.is_packed(split)
+                                else config.masking.max_predictions_per_seq,
+                                config.is_dynamic(split),
+                                MAX_INSTANCES_PER_ROW if config.is_packed(split) else 0).items()}
 
     def generate(split: str):
         if vocab_dir is None:
@@ -337,7 +352,6 @@ def register_pretraining_from_plan(plan, output_root: Optional[str] = None) -> l
 
 def _register_finetune_task(stage, rebase: Callable[[Any], Any]) -> seqio.Task:
     """The classification task a finetune ``Stage`` trains on (its files as planned)."""
-    from runexp.compiler.specs import FinetuneSpec
 
     spec, inputs = FinetuneSpec.from_stage(stage), rebase(dict(stage.inputs))
     one = lambda v: v if isinstance(v, str) else v[0]  # noqa: E731 - a planned file (list)
@@ -371,11 +385,9 @@ def _rebaser(old_root: str, new_root: Optional[str]) -> Callable[[Any], Any]:
 
 def read_plan(output_root: str):
     """The Plan an experiment saved as ``<output_root>/plan.json`` (local or gs://)."""
-    from runexp.compiler.plan import Plan
 
     path = output_root.rstrip("/") + "/" + PLAN_FILE
     if "://" in output_root:
-        from runexp.runtime import storage  # gs:// roots: runexp's storage layer
         text = storage.read_text(path)
     else:
         if not os.path.exists(path):

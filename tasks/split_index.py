@@ -34,8 +34,9 @@ from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.tasks import input_files
 from runexp.tasks.text_files import InputIssues, ReadCounter
-from runexp.tasks.text_formats import reader_class
+from runexp.tasks.text_formats import input_issues, reader_class
 from runexp.tasks.tokenizer import cached_tokenizer
+from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
 
 _LINES_PER_CALL = 4096
 
@@ -175,7 +176,6 @@ class _Spill:
         self.fragments, self.issues = fragments, issues
         self.words = None
         if job.word_segmenter:
-            from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
             self.words = word_segmenter(job.word_segmenter, self.tokenizer)
             issues.counts.setdefault(UNSEGMENTED, 0)
             issues.samples.setdefault(UNSEGMENTED, [])
@@ -223,7 +223,6 @@ class _Spill:
         self.line_frag.clear()
 
     def _mark_continuations(self, ids: np.ndarray, counts: np.ndarray) -> np.ndarray:
-        from runexp.tasks.chinese_words import UNSEGMENTED
         continues, unsegmented = self.words.continuations(self.lines, ids, counts)
         for i in unsegmented:
             self.issues.note(UNSEGMENTED, *self.line_at[i])
@@ -237,7 +236,7 @@ def tokenize_range(job: RangeJob) -> RangeResult:
     ``range-k.lengths`` (int32 ids per sentence) and ``range-k.fragments.npy``."""
     read = reader_class(job.text_format)
     counter = ReadCounter()
-    issues = InputIssues.for_format(job.text_format)
+    issues = input_issues(job.text_format)
     fragments = _Fragments()
     segment_lines: list[int] = []
     segment_text: list[bool] = []

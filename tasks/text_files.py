@@ -1,6 +1,6 @@
 """Corpus text files, the bytes and lines their text formats' readers (tasks/text_formats.py)
-read: expanding globs, reading a file's lines by byte segments, counting bad input, and the
-documents of whole files in any text format (``iter_located_documents``).
+read: expanding globs, reading a file's lines by byte segments and counting bad input. The
+documents of whole files in any text format are tasks/text_documents.py's.
 
 Bad input never crashes a run and is never dropped silently: ``InputIssues`` counts it, with
 up to ``MAX_SAMPLES`` ``file:line`` samples of each kind (``ISSUE_MEANINGS``: what each
@@ -20,15 +20,12 @@ means and what to do):
   segmented words could not be lined up with their tokens (kept, with character masking).
 
 The four kinds of every format are always in a summary; a format's own kinds are there when
-its reader counted (``InputIssues.for_format``), so sentence_lines summaries are as before.
+its reader counted (tasks/text_formats.py ``input_issues``), so sentence_lines summaries are
+as before.
 
 Usage:
     files = expand_globs(["data/*.txt"])
-    for document in iter_documents(files):   # a list of sentence strings
-        ...
-    issues = InputIssues.for_format("jsonl")
-    for path, line, document in iter_located_documents(files, issues, text_format="jsonl"):
-        ...
+    issues = InputIssues()
     for k, text in iter_segment_lines(path, start, end, counter): ...  # lines starting there
 
 Files are read as bytes, in segments (``iter_segment_lines``): the preprocess stage cuts a
@@ -40,10 +37,9 @@ Stdlib only.
 from __future__ import annotations
 
 import dataclasses
-import random
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional
 
-from runexp.compiler.specs.source import SourceSpec  # standard library only
+from runexp.compiler import globs
 from runexp.tasks import input_files
 
 MAX_LINE_CHARS = 1 << 20
@@ -84,20 +80,18 @@ def _issue_order(kind: str) -> tuple:
 class InputIssues:
     """Counts and the first ``MAX_SAMPLES`` locations (in file order) of each kind of bad
     input: the four ``ISSUE_KINDS`` always, a format's own kinds once counted (or set up by
-    ``for_format``)."""
+    tasks/text_formats.py ``input_issues``)."""
 
     counts: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ISSUE_KINDS, 0))
     samples: dict = dataclasses.field(
         default_factory=lambda: {k: [] for k in ISSUE_KINDS})
 
     @classmethod
-    def for_format(cls, text_format: str) -> "InputIssues":
-        """Issues of a text format's reader: its own kinds (the reader class's
-        ``issue_kinds``) counted from zero too, so that a summary says none occurred."""
-        from runexp.tasks.text_formats import reader_class  # (which imports this module)
-
+    def with_kinds(cls, kinds: Iterable[str]) -> "InputIssues":
+        """Issues with ``kinds`` (a format's own, tasks/text_formats.py ``input_issues``)
+        counted from zero too, so that a summary says none occurred."""
         issues = cls()
-        for kind in reader_class(text_format).issue_kinds:
+        for kind in kinds:
             issues.counts[kind] = 0
             issues.samples[kind] = []
         return issues
@@ -155,7 +149,6 @@ def expand_globs(patterns: Iterable[str] | str) -> list[str]:
     Raises:
       FileNotFoundError: when a pattern matches nothing.
     """
-    from runexp.compiler import globs  # stdlib only
 
     if isinstance(patterns, str):
         patterns = [patterns]
@@ -290,76 +283,3 @@ def iter_segment_lines(path: str, start: int = 0, end: Optional[int] = None,
                     yield k, data.decode("utf-8", "surrogateescape")
                 return
             data += chunk
-
-
-def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] = None,
-                           counter: Optional[ReadCounter] = None,
-                           text_format: str = SourceSpec.format,
-                           text_field: str = SourceSpec.text_field
-                           ) -> Iterator[tuple[str, int, list[str]]]:
-    """Yields ``(path, first line number, sentences)`` for every document, in file order,
-    as the format's reader gives them (tasks/text_formats.py: the sentences preprocessing
-    makes). sentence_lines: a document is a run of non-blank lines (stripped), a sentence
-    each; lines longer than ``MAX_LINE_CHARS`` bytes are skipped (and counted); undecodable
-    bytes become U+FFFD. A file's end ends a document.
-
-    Args:
-      files: text files, in order.
-      issues: where to count bad input (None: not counted).
-      counter: counts the bytes read.
-      text_format, text_field: the files' format (compiler/specs/source.py).
-    """
-    from runexp.tasks.text_formats import reader_class  # (which imports this module)
-
-    read = reader_class(text_format)
-    for path in files:
-        reader = read(path, text_field=text_field, counter=counter, issues=issues, line_base=1)
-        doc: list[str] = []
-        first = 0
-        for k, sentences, doc_break in reader:
-            if k is not None and not first:
-                first = k + 1
-            doc.extend(sentences)
-            if doc_break and first:
-                yield path, first, doc
-                doc, first = [], 0
-        if first:
-            yield path, first, doc
-        if not reader.has_text and issues is not None:
-            issues.note("empty_files", path, 0)
-
-
-def iter_documents(files: Sequence[str], text_format: str = SourceSpec.format,
-                   text_field: str = SourceSpec.text_field) -> Iterator[list[str]]:
-    """Yields documents (lists of sentences: for sentence_lines the non-empty stripped
-    lines); a file end ends a document."""
-    for _, _, doc in iter_located_documents(files, text_format=text_format,
-                                            text_field=text_field):
-        yield doc
-
-
-def sample_sentences(documents: Iterable[Sequence[str]], max_lines: int, seed: int
-                     ) -> list[str]:
-    """Up to ``max_lines`` sentences of ``documents``, a seeded reservoir sample kept in
-    their order."""
-    rng = random.Random(seed)
-    reservoir: list[tuple[int, str]] = []
-    n = 0
-    for doc in documents:
-        for line in doc:
-            if len(reservoir) < max_lines:
-                reservoir.append((n, line))
-            else:
-                j = rng.randrange(n + 1)
-                if j < max_lines:
-                    reservoir[j] = (n, line)
-            n += 1
-    return [line for _, line in sorted(reservoir)]
-
-
-def sample_lines(files: Sequence[str], max_lines: int, seed: int,
-                 text_format: str = SourceSpec.format,
-                 text_field: str = SourceSpec.text_field) -> list[str]:
-    """Up to ``max_lines`` sentences (sentence_lines: non-empty lines), a seeded reservoir
-    sample kept in file order."""
-    return sample_sentences(iter_documents(files, text_format, text_field), max_lines, seed)

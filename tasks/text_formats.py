@@ -1,7 +1,7 @@
 """The text formats: a byte segment of a file as document text, sentences and document
 breaks, one class per format (``TextReader``), named by its row of compiler/specs/
 source_formats.py. The preprocess stage (by byte ranges, tasks/split_index.py) and the vocab
-stage (whole files, tasks/text_files.py ``iter_located_documents``) read every format through
+stage (whole files, tasks/text_documents.py ``iter_located_documents``) read every format through
 the same events, so they see the same sentences:
 
 - ``sentence_lines`` (``SentenceLines``): one sentence a line, a blank line between
@@ -70,6 +70,12 @@ def reader_class(text_format: str) -> type["TextReader"]:
     return getattr(importlib.import_module(module), name)
 
 
+def input_issues(text_format: str) -> InputIssues:
+    """Bad-input counts for ``text_format``'s files: the kinds of every format and its
+    reader's own (``issue_kinds``), each from zero."""
+    return InputIssues.with_kinds(reader_class(text_format).issue_kinds)
+
+
 def document_text(obj, text_field: str):
     """The value of ``text_field`` in a JSON object: the key itself, else a dotted path
     (``meta.body``); None when missing."""
@@ -100,7 +106,7 @@ class TextReader:
     is not blank). Issues are noted as ``(path, k + line_base)``.
     """
 
-    issue_kinds: tuple = ()  # its own kinds of bad input (InputIssues.for_format)
+    issue_kinds: tuple = ()  # its own kinds of bad input (input_issues)
     max_line_bytes = MAX_LINE_CHARS
 
     def __init__(self, path: str, start: int = 0, end: Optional[int] = None,

@@ -5,8 +5,10 @@
   ``STORAGE_EMULATOR_HOST`` for the session (restored afterwards); yields
   ``(endpoint, bucket_name)``.
 - ``gcs_prefix``: a fresh ``gs://bucket/...`` prefix per test.
-- ``fault_proxy``: a FaultProxy (tests/storage/fault_proxy.py) in front of the emulator,
+- ``fault_proxy``: a FaultProxy (tests/support/fault_proxy.py) in front of the emulator,
   with ``STORAGE_EMULATOR_HOST`` pointed at it for the test.
+- the ``gcs`` marker on every test that uses ``gcs_emulator`` (through ``gcs_prefix`` or
+  ``fault_proxy`` too): ``-m "not gcs"`` leaves out every test that needs the emulator.
 - ``fast_retries``: a retry policy with millisecond backoff (6 tries; its deadline and
   request timeout are generous, they only end a hang: the faults are counted in tries, and a
   busy machine must not add a timeout of its own) and zeroed retry counters, restored
@@ -15,8 +17,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
 import socket
 import subprocess
@@ -44,17 +44,6 @@ try:
 finally:
     server.stop()
 """
-
-
-def _load_fault_proxy():
-    name = "runexp_tests_fault_proxy"
-    if name not in sys.modules:
-        path = os.path.join(os.path.dirname(__file__), "storage", "fault_proxy.py")
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def _free_port() -> int:
@@ -103,6 +92,13 @@ def _stop(proc) -> None:
             proc.wait(timeout=5)
 
 
+def pytest_collection_modifyitems(items):
+    """Marks ``gcs`` each test that needs the emulator, whichever fixture brings it in."""
+    for item in items:
+        if "gcs_emulator" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.gcs)
+
+
 @pytest.fixture(scope="session")
 def gcs_emulator(tmp_path_factory):
     """(endpoint, bucket_name) of a GCS JSON API server on loopback, for the whole session."""
@@ -129,7 +125,9 @@ def gcs_prefix(gcs_emulator, request):
 @pytest.fixture
 def fault_proxy(gcs_emulator, monkeypatch):
     """A FaultProxy in front of the emulator; the storage client talks to it for this test."""
-    proxy = _load_fault_proxy().FaultProxy(gcs_emulator[0], socket_timeout=15)
+    from tests.support.fault_proxy import FaultProxy
+
+    proxy = FaultProxy(gcs_emulator[0], socket_timeout=15)
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.endpoint)
     try:
         yield proxy

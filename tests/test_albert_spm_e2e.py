@@ -1,5 +1,5 @@
 """The quickstart pipeline over an adopted SentencePiece model in ALBERT's layout (``<pad>``
-0, ``<unk>`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4; tests/spm_models.py), through the
+0, ``<unk>`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4; tests/support/spm_models.py), through the
 ``runexp`` command: the plan names the roles, preprocessing packs and masks with those ids,
 pretraining and fine-tuning run, and every export (encoder, preprocessing, classifier,
 README) gives and documents the ids runexp trained on.
@@ -10,18 +10,14 @@ from __future__ import annotations
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from spm_models import ALBERT_ROLES, corpus_lines, train_albert_style
 
-SMALL = ["MAX_SEQ_LENGTH=64", "MAX_PREDICTIONS_PER_SEQ=10", "DUPE_FACTOR=1",
-         "TRAIN_STEPS=20", "WARMUP_STEPS=2", "CHECKPOINT_EVERY=10", "train.log_every=10",
-         "evaluate.max_examples=128", "FINETUNE_STEPS=10", "finetune.warmup_steps=2"]
-STAGES = ["corpus", "vocab", "preprocess.pretrain", "pretrain", "evaluate",
-          "finetune.stdlib_package", "export"]
+from tests.support.cli import QUICKSTART_SHORT, QUICKSTART_STAGES as STAGES, output, run_cli
+from tests.support.spm_models import ALBERT_ROLES, corpus_lines, train_albert_style
+
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
@@ -29,11 +25,9 @@ def finished(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("albert_quickstart"))
     model = os.path.join(str(tmp_path_factory.mktemp("albert")), "30k-clean.model")
     model_bytes = train_albert_style(corpus_lines(), model)
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'", f"--gin_param=VOCAB='{model}'"]
-    proc = subprocess.run(args + [f"--gin_param={p}" for p in SMALL], capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = run_cli(gin_file="quickstart.gin", root=root,
+                   params=[f"VOCAB='{model}'", *QUICKSTART_SHORT], timeout=1800)
+    assert proc.returncode == 0, output(proc)
     return root, proc, model_bytes
 
 
@@ -130,7 +124,7 @@ def test_exports_give_the_ids_runexp_trained_on(finished):
 def test_huggingface_export_reproduces_runexp(finished, tmp_path):
     """The SentencePiece (ALBERT-layout) export's huggingface/: AutoTokenizer's ids equal
     runexp's on held-out lines, the encoder and classifier outputs within 1e-4."""
-    from hf_testlib import check_export_against_runexp
+    from tests.support.hf import check_export_against_runexp
 
     root, _, _ = finished
     lines = [line for line in corpus_lines(step=8, start=5) if line.strip()][:300]

@@ -14,12 +14,13 @@ import dataclasses
 import gzip
 import json
 import os
-import subprocess
-import sys
 from typing import Callable, Optional
 
 import pytest
-from checkpoint_files import bert_variables, write_index
+from tests.support.checkpoint_files import bert_variables, write_index
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 TEXT = ("The parser reads the file.\nIt returns a list of names.\n\n"
         "A second document starts here.\nIt has two sentences.\n") * 40
@@ -182,15 +183,16 @@ CASES = [
 ]
 
 
-def _cli(args, cwd, env=None, timeout=600):
+def _env(cwd, env=None) -> dict:
+    """This process's environment; with ``env``, that on a machine with no Google account
+    (no emulator, no credentials, an empty home) plus ``env``."""
     full_env = dict(os.environ)
     if env:
         full_env.pop("STORAGE_EMULATOR_HOST", None)
         full_env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
         full_env.update(env, HOME=os.path.join(cwd, "home"),
                         CLOUDSDK_CONFIG=os.path.join(cwd, "gcloud"))
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", *args], cwd=cwd,
-                          capture_output=True, text=True, env=full_env, timeout=timeout)
+    return full_env
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -210,7 +212,7 @@ def test_bad_input_is_one_clear_error(case, tmp_path):
              for p in case.params]
     if not case.run:
         args.append("--dry_run")
-    proc = _cli(args, root, case.env)
+    proc = run_cli(*args, cwd=root, env=_env(root, case.env), timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "Traceback" not in out, out[-3000:]

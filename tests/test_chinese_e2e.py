@@ -5,16 +5,17 @@ of the corpus)."""
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
-from chinese_corpus import WordReference, check_whole_words, chinese_sentences
+from tests.support.chinese_corpus import WordReference, check_whole_words, chinese_sentences
 
 from runexp.compiler.exit_codes import EXIT_PENDING
 from runexp.tasks.inspect import decode_example
 from runexp.tasks.records import iter_records
 from runexp.tasks.tokenizer import load_tokenizer
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 pytest.importorskip("jieba")
 
@@ -48,19 +49,14 @@ bert_pretraining_task.word_segmenter = 'jieba'
     return str(path), tmp_path, train + held
 
 
-def runexp(gin_file, *args):
-    cmd = [sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin_file}", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-
-
 def test_dry_run_then_preprocess_masks_jieba_words_whole(experiment):
     gin, d, lines = experiment
-    proc = runexp(gin, "--dry_run")
+    proc = run_cli("--dry_run", gin_file=gin)
     assert proc.returncode == EXIT_PENDING, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "word_segmenter = 'jieba'   # " in proc.stdout
     assert "whole_word_masking = True   # " in proc.stdout
 
-    proc = runexp(gin, "--until=preprocess")
+    proc = run_cli("--until=preprocess", gin_file=gin)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = d / "out"
     summary = json.loads((out / "preprocess.pretrain" / "MANIFEST.json").read_text())["summary"]
@@ -80,11 +76,11 @@ def test_dry_run_then_preprocess_masks_jieba_words_whole(experiment):
 def test_the_whole_run_exports_a_huggingface_directory_with_runexps_numbers(experiment):
     """Trained to the end and exported: transformers reads export/huggingface/ with
     AutoTokenizer's ids equal to runexp's on held-out Chinese lines, and the encoder's
-    outputs within 1e-4 of the encoder SavedModel's (tests/hf_testlib.py)."""
-    from hf_testlib import check_export_against_runexp
+    outputs within 1e-4 of the encoder SavedModel's (tests/support/hf.py)."""
+    from tests.support.hf import check_export_against_runexp
 
     gin, d, lines = experiment
-    proc = runexp(gin)
+    proc = run_cli(gin_file=gin)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     held = lines[6000:6300]
     figures = check_export_against_runexp(str(d / "out"), held, str(d / "hf_check"))

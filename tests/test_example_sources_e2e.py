@@ -14,6 +14,10 @@ import textwrap
 
 import pytest
 
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
+
 pytest.importorskip("bert.create_pretraining_data",
                     reason="needs bert-tensorflow==1.0.4 (google-research/bert's package)")
 
@@ -55,13 +59,6 @@ def made(tmp_path_factory):
                             f"{d}/vocab.txt")
     create_pretraining_data(f"{d}/valid.txt", f"{d}/valid.tfrecord", f"{d}/vocab.txt")
     return d
-
-
-def runexp(gin_file, *params, dry_run=False, until=None, timeout=900):
-    args = [sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin_file}"]
-    args += [f"--gin_param={p}" for p in params] + (["--dry_run"] if dry_run else [])
-    args += [f"--until={until}"] if until else []
-    return subprocess.run(args, capture_output=True, text=True, timeout=timeout)
 
 
 def experiment(path, root, vocab, extra):
@@ -127,7 +124,7 @@ def test_bert_tfrecord_is_adopted_trained_on_and_read_back_through_seqio(made, t
         HELDOUT_FILES = '{made}/valid.tfrecord'
         pretrain/bert_pretraining_task.format = 'bert_tfrecord'
         """)
-    proc = runexp(gin)
+    proc = run_cli(gin_file=gin)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for stage in ("preprocess.pretrain", "pretrain", "evaluate"):
         assert os.path.isfile(root / stage / "COMPLETED"), stage
@@ -146,7 +143,7 @@ def test_bert_tfrecord_is_adopted_trained_on_and_read_back_through_seqio(made, t
         assert r["stats"] == manifest["summary"][split]["instances"] == len(r["original"])
 
     # A second run reuses the adopted cache.
-    again = runexp(gin, dry_run=True)
+    again = run_cli("--dry_run", gin_file=gin)
     assert "to reuse" in again.stdout and "to create" not in again.stdout, again.stdout[-2000:]
 
 
@@ -155,13 +152,13 @@ def test_a_dry_run_names_records_that_do_not_fit(made, tmp_path):
         CORPUS_FILES = '{made}/train*.tfrecord'
         pretrain/bert_pretraining_task.format = 'bert_tfrecord'
         """)
-    proc = runexp(gin, "MAX_SEQ_LENGTH=128", dry_run=True)
+    proc = run_cli("--dry_run", gin_file=gin, params=["MAX_SEQ_LENGTH=128"])
     assert proc.returncode == 1, proc.stdout[-2000:]
     out = proc.stdout + proc.stderr
     assert f"{made}/train.tfrecord (and 1 more file): holds examples that do not fit: " \
            f"input_ids has {SEQ} values, expected 128 (max_seq_length = 128)" in out
     assert not os.path.exists(tmp_path / "out")
-    text = runexp(gin, f"CORPUS_FILES='{made}/train.txt'", dry_run=True)
+    text = run_cli("--dry_run", gin_file=gin, params=[f"CORPUS_FILES='{made}/train.txt'"])
     assert text.returncode == 1 and "not a TFRecord file" in text.stdout + text.stderr
 
 
@@ -201,7 +198,7 @@ def test_seqio_bert_features_through_a_gin_import(made, tmp_path):
         pretrain/bert_pretraining_task.validation_split = 'dev'
         pretrain/bert_pretraining_task.num_shards = 2
         """)
-    proc = runexp(gin, until="preprocess")
+    proc = run_cli("--until=preprocess", gin_file=gin)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     got = read_back(root, "pretrain", {
         "train": [f"{made}/train.tfrecord", f"{made}/train2.tfrecord"],

@@ -6,11 +6,13 @@ the CPU split into 8 replicas (the cpu_x8 profile), on local disk and on gs://."
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
 FILLER = ["the", "movie", "was", "very", "plot", "acting", "and", "it"]
@@ -82,11 +84,6 @@ FINETUNE_WARMUP_STEPS = 6
 """
 
 
-def _runexp(gin_file, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin_file}",
-                           *args], capture_output=True, text=True, timeout=600, env=env)
-
-
 def _experiment(path, root, release, data):
     path.write_text(EXPERIMENT.format(root=root, release=release, data=data))
     return str(path)
@@ -106,14 +103,14 @@ def test_finetune_only_on_local_disk(release, tmp_path):
     root = tmp_path / "out"
     gin_file = _experiment(tmp_path / "exp.gin", root, release_dir, data)
 
-    dry = _runexp(gin_file, "--dry_run")
+    dry = run_cli("--dry_run", gin_file=gin_file)
     assert dry.returncode == 2, dry.stdout + dry.stderr
     assert "+ finetune.toy_nli" in dry.stdout and "pretrain" not in dry.stdout.replace(
         "runs/finetune", "")
     assert "Plan: 3 to create." in dry.stdout
     assert "Estimates for finetune.toy_nli" in dry.stdout
 
-    proc = _runexp(gin_file)
+    proc = run_cli(gin_file=gin_file)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "finetune.toy_nli: dev set mismatched: accuracy" in proc.stdout, proc.stdout
     assert sorted(os.listdir(root)) == ["export", "finetune.toy_nli", "operative_config.gin",
@@ -130,7 +127,7 @@ def test_finetune_only_on_local_disk(release, tmp_path):
     exported = json.loads((export / "bert_config.json").read_text())
     assert exported["hidden_size"] == 128 and exported["num_hidden_layers"] == 2
 
-    again = _runexp(gin_file, "--dry_run")
+    again = run_cli("--dry_run", gin_file=gin_file)
     assert again.returncode == 0 and "Plan: 3 to reuse." in again.stdout, again.stdout
 
 
@@ -149,10 +146,10 @@ def test_finetune_only_on_gcs(release, gcs_prefix, tmp_path):
     env = dict(os.environ, RUNEXP_CACHE_DIR=str(tmp_path / "cache"))
     vocab_rows = len((release_dir / "vocab.txt").read_text().split())
 
-    unset = _runexp(gin_file, "--dry_run", env=env)
+    unset = run_cli("--dry_run", gin_file=gin_file, env=env)
     assert unset.returncode == 1 and "set model.vocab_size" in unset.stderr, unset.stderr
 
-    proc = _runexp(gin_file, f"--gin_param=model.vocab_size={vocab_rows}", env=env)
+    proc = run_cli(gin_file=gin_file, params=[f"model.vocab_size={vocab_rows}"], env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     metrics = json.loads(storage.read_text(f"{root}/finetune.toy_nli/metrics.json"))
     _check_metrics(metrics)

@@ -5,14 +5,15 @@ predictions file, and the suite's GLUE average by the leaderboard's rule."""
 
 import csv
 import json
-import subprocess
-import sys
 
 import pytest
 from scipy import stats
 from sklearn import metrics as sk
 
-from glue_files import WORDS, write_glue_dir
+from tests.support.cli import run_cli
+from tests.support.glue_files import WORDS, write_glue_dir
+
+pytestmark = pytest.mark.e2e
 
 SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 SUITE = ["mnli", "mrpc", "cola", "stsb"]
@@ -72,9 +73,7 @@ FINETUNE_BATCH_SIZE = 16
 FINETUNE_LEARNING_RATE = 3e-4
 FINETUNE_WARMUP_STEPS = 8
 """)
-    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli",
-                           f"--gin_file={gin_file}"], capture_output=True, text=True,
-                          timeout=1200)
+    proc = run_cli(gin_file=gin_file, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert "GLUE average" in proc.stdout and "(WNLI left out" in proc.stdout, proc.stdout
     summary = json.loads((root / "suite" / "suite.json").read_text())

@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from huggingface_dirs import save_bert_dir
-from spm_models import corpus_lines
 
 from runexp.tasks import vocab_dir
+from tests.support.cli import QUICKSTART_SHORT, output, run_cli
+from tests.support.huggingface_dirs import save_bert_dir
+from tests.support.spm_models import corpus_lines
 
-SMALL = ["MAX_SEQ_LENGTH=64", "MAX_PREDICTIONS_PER_SEQ=10", "DUPE_FACTOR=1",
-         "TRAIN_STEPS=20", "WARMUP_STEPS=2", "CHECKPOINT_EVERY=10", "train.log_every=10",
-         "evaluate.max_examples=128", "FINETUNE_STEPS=10", "finetune.warmup_steps=2"]
+pytestmark = pytest.mark.e2e
+
 # models/bert_tiny.gin's encoder, with transformers' (exact) GELU as every Hub BERT has.
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
             intermediate_size=512, max_position_embeddings=512, hidden_act="gelu",
@@ -37,11 +35,9 @@ def finished(tmp_path_factory):
     hf = save_bert_dir(base, vocab=tokens, lower=True, vocab_txt=False, name="bert-tiny",
                        **TINY)
     root = str(base / "out")
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'", f"--gin_param=INIT_CHECKPOINT='{hf}'"]
-    proc = subprocess.run(args + [f"--gin_param={p}" for p in SMALL], capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    proc = run_cli(gin_file="quickstart.gin", root=root,
+                   params=[f"INIT_CHECKPOINT='{hf}'", *QUICKSTART_SHORT], timeout=1800)
+    assert proc.returncode == 0, output(proc)
     return root, hf, proc
 
 
@@ -61,7 +57,7 @@ def test_the_plan_takes_vocabulary_casing_and_activation_from_the_directory(fini
 
 @pytest.mark.slow
 def test_the_export_goes_back_to_transformers_with_runexps_numbers(finished, tmp_path):
-    from hf_testlib import check_export_against_runexp
+    from tests.support.hf import check_export_against_runexp
 
     root, hf, _ = finished
     lines = [line for line in corpus_lines(step=8, start=3) if line.strip()][:200]

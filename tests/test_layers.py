@@ -58,22 +58,23 @@ def modules() -> dict[str, pathlib.Path]:
 
 
 def imports(module: str, path: pathlib.Path, known) -> list[tuple[str, int]]:
-    """(imported name, line) of every import in the file; ``from a import b`` is ``a.b``
-    when that is a module of ours, else ``a``."""
-    found = []
+    """(imported name, line) of every import in the file, function-local ones included."""
+    return [found for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for found in imports_of_node(node, module, path, known)]
+
+
+def imports_of_node(node, module: str, path: pathlib.Path, known) -> list[tuple[str, int]]:
+    """``from a import b`` is ``a.b`` when that is a module of ours, else ``a``."""
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found += [(a.name, node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
-            for a in node.names:
-                full = f"{base}.{a.name}"
-                found.append((full if full in known else base, node.lineno))
-    return found
+    if isinstance(node, ast.Import):
+        return [(a.name, node.lineno) for a in node.names]
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    return [(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base, node.lineno)
+            for a in node.names]
 
 
 def _own(name: str, known) -> str | None:
@@ -131,3 +132,61 @@ def test_the_checker_sees_a_forbidden_edge(tmp_path):
                                                           ("tensorflow", 3)]
     assert layer_of("runexp.runtime.storage") < layer_of("runexp.compiler.m") < layer_of(
         "runexp.tasks.x") < layer_of("runexp.runtime.trainer") < layer_of("runexp.compiler.cli")
+
+
+def _top_level_imports(path: pathlib.Path, module: str, known) -> list[str]:
+    """The imports a module runs when it is imported: not those inside functions (nor
+    ``if TYPE_CHECKING:`` blocks, which never run)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    local = {id(n) for fn in ast.walk(tree) if isinstance(fn, (ast.FunctionDef,
+                                                              ast.AsyncFunctionDef))
+             for n in ast.walk(fn)}
+    local |= {id(n) for block in ast.walk(tree)
+              if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+              for n in ast.walk(block)}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in local:
+            found += [name for name, _ in imports_of_node(node, module, path, known)]
+    return found
+
+
+def heavy_modules(known) -> set[str]:
+    """Our modules whose import loads a heavy library, directly or through ours (parent
+    packages included, as Python imports them first)."""
+    edges = {m: _top_level_imports(p, m, known) for m, p in known.items()}
+    heavy = {m for m, names in edges.items() if any(n.split(".")[0] in HEAVY for n in names)}
+    changed = True
+    while changed:
+        changed = False
+        for m, names in edges.items():
+            parents = [".".join(m.split(".")[:i]) for i in range(2, m.count(".") + 1)]
+            if m not in heavy and any(_own(n, known) in heavy for n in names + parents):
+                heavy.add(m)
+                changed = True
+    return heavy
+
+
+def test_function_local_imports_of_our_modules_are_for_heavy_ones():
+    """Importing one of our modules inside a function hides a dependency; it is kept only
+    where the module loads a heavy library (TensorFlow, seqio, Beam...) that the caller's
+    other paths must not pay for, or where the CLI loads a sub-command on demand."""
+    known = modules()
+    heavy = heavy_modules(known)
+    wrong = []
+    for module, path in known.items():
+        if layer_of(module) == len(LAYERS) - 1:
+            continue  # the commands load their sub-commands on demand
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                for name, line in imports_of_node(node, module, path, known):
+                    target = _own(name, known)
+                    if target is not None and target not in heavy:
+                        wrong.append(f"{path.relative_to(REPO)}:{line}: {target} is light: "
+                                     "import it at the top")
+    assert not wrong, "\n".join(sorted(set(wrong)))

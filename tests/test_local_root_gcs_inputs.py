@@ -2,21 +2,22 @@
 and the run downloads the listed versions into the input cache, like a gs:// root's run."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
 from runexp.runtime import storage
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 TEXT = ("The parser reads the file.\nIt returns a list of names.\n\n"
         "A second document starts here.\nIt has two sentences.\n") * 60
 
 
 def _runexp(tmp_path, gin, *args):
-    env = dict(os.environ, RUNEXP_CACHE_DIR=str(tmp_path / "cache"))
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin}",
-                           *args], capture_output=True, text=True, env=env, timeout=600)
+    """The command with its own cache under ``tmp_path``."""
+    return run_cli(*args, gin_file=gin, env=dict(os.environ,
+                                                 RUNEXP_CACHE_DIR=str(tmp_path / "cache")))
 
 
 def test_a_local_root_reads_a_gcs_corpus(gcs_prefix, tmp_path):

@@ -10,10 +10,14 @@ directories, so a stray write there is seen too). None may contain a marker.
 import json
 import os
 import subprocess
-import sys
 import uuid
 
+import pytest
+
 from runexp.runtime import storage
+from tests.support.cli import cli_args
+
+pytestmark = pytest.mark.e2e
 
 # The quickstart at its smallest: every stage runs, each for a step or two.
 TINY = [
@@ -76,10 +80,10 @@ def test_no_credential_or_token_in_anything_runexp_writes(gcs_prefix, tmp_path):
     assert len(_found(key_file.read_bytes(), markers)) == 3
 
     root, plan_file = f"{gcs_prefix}/exp", tmp_path / "plan.json"
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'", f"--plan_out={plan_file}"]
-    proc = subprocess.run(args + [f"--gin_param={p}" for p in TINY], env=env,
-                          capture_output=True, timeout=600)
+    # Bytes, not text: the logs are scanned as written.
+    proc = subprocess.run(cli_args(f"--plan_out={plan_file}", gin_file="quickstart.gin",
+                                   root=root, params=TINY),
+                          env=env, capture_output=True, timeout=600)
     logs = tmp_path / "logs"
     logs.mkdir()
     (logs / "stdout").write_bytes(proc.stdout)

@@ -15,12 +15,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
-# tests/test_pipeline_e2e.py's SMALL, with two phases instead of one length. Phase 2 keeps a
+from tests.support.cli import cli_args
+
+pytestmark = pytest.mark.e2e
+
+# tests.support.cli's QUICKSTART_SMALL, with two phases instead of one length. Phase 2 keeps a
 # checkpoint at every step: its first one shows where it started from.
 PHASES = ("train.phases=[{'max_seq_length': 32, 'max_predictions_per_seq': 5, 'steps': 24}, "
           "{'max_seq_length': 64, 'max_predictions_per_seq': 10, 'steps': 12, "
@@ -35,9 +38,7 @@ STAGES = ["corpus", "vocab", "preprocess.pretrain", "preprocess.pretrain.phase2"
 
 
 def _args(root, *params):
-    return [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in
-                                                    [*SMALL, *params]]
+    return cli_args(gin_file="quickstart.gin", root=root, params=[*SMALL, *params])
 
 
 def _manifest(root, stage):
@@ -65,6 +66,23 @@ def _latest_step(root, stage):
     steps = [int(p.rsplit("-", 1)[1].split(".")[0])
              for p in glob.glob(os.path.join(root, stage, "checkpoints", "ckpt-*.index"))]
     return max(steps) if steps else 0
+
+
+# `python -c` code running `runexp ARGS` with the trainer killing its own process right
+# after it saved a checkpoint of {stage} at step {step} or later.
+_KILLED_AFTER_CHECKPOINT = """
+import os, signal, sys
+from runexp.runtime import trainer
+save = trainer.Trainer._save
+def _save(self, step, background=False):
+    saved = save(self, step, background)
+    if step >= {step} and os.sep + "{stage}" + os.sep in self.manager.directory + os.sep:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return saved
+trainer.Trainer._save = _save
+from runexp.compiler.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +183,13 @@ def test_killed_in_phase_2_a_rerun_resumes_phase_2_exactly(finished, tmp_path):
     until = "--until=pretrain.phase2"
     log = tmp_path / "killed.log"
     with open(log, "w") as out:
-        run = subprocess.Popen(_args(other) + [until], stdout=out, stderr=subprocess.STDOUT)
-        give_up = time.monotonic() + 600  # only ends a hang
-        while _latest_step(other, "pretrain.phase2") < 5 and time.monotonic() < give_up \
-                and run.poll() is None:
-            time.sleep(0.01)
-        run.send_signal(signal.SIGKILL)
-        run.wait()
+        # The real command, killed (SIGKILL, as a preempted VM is) right after phase 2's
+        # first checkpoint at step 5 or later is written: at that step however fast or busy
+        # the machine is.
+        code = _KILLED_AFTER_CHECKPOINT.format(stage="pretrain.phase2", step=5)
+        run = subprocess.run([sys.executable, "-c", code] + _args(other)[3:] + [until],
+                             stdout=out, stderr=subprocess.STDOUT, timeout=900)
+    assert run.returncode == -signal.SIGKILL, log.read_text()[-3000:]
     killed_at = _latest_step(other, "pretrain.phase2")
     assert 5 <= killed_at < 12, (killed_at, log.read_text()[-3000:])
     assert not os.path.exists(os.path.join(other, "pretrain.phase2", "COMPLETED"))

@@ -6,22 +6,22 @@ those of the same experiment on local disk; a second run reuses everything from 
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from runexp.compiler.planner import compile_experiment
+from tests.support.cli import QUICKSTART_SHORT, QUICKSTART_STAGES as STAGES, run_cli
 
-from test_pipeline_e2e import SMALL, STAGES
+pytestmark = pytest.mark.e2e
+
+# The quickstart at its shortest: what is tested is where the outputs go and that they are
+# reused from the bucket, not how well it trains (tests/test_pipeline_e2e.py trains longer).
+SMALL = [*QUICKSTART_SHORT, "VOCAB_SIZE=2000", "vocab.max_sentences=20000"]
 
 
 def _run(root, cache, *extra):
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'"] + [f"--gin_param={p}" for p in SMALL]
-    env = dict(os.environ, RUNEXP_CACHE_DIR=str(cache))
-    return subprocess.run(args + list(extra), capture_output=True, text=True, timeout=900,
-                          env=env)
+    return run_cli(*extra, gin_file="quickstart.gin", root=root, params=SMALL,
+                   env=dict(os.environ, RUNEXP_CACHE_DIR=str(cache)))
 
 
 @pytest.mark.slow

@@ -7,6 +7,7 @@ import pytest
 
 from runexp.compiler.cli import main
 from runexp.runtime import storage
+from tests.support.cli import run_cli
 
 EXPERIMENT = """
 include 'runs/finetune.gin'
@@ -124,29 +125,26 @@ def _no_credentials_env(tmp_path):
 
 
 def test_gcs_root_without_credentials_says_how_to_authenticate(tmp_path):
-    import subprocess
-    import sys
-
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            "--gin_param=OUTPUT_ROOT='gs://some-bucket/exp'"]
     env = _no_credentials_env(tmp_path)
-    run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+
+    def runexp(*flags):
+        return run_cli(*flags, gin_file="quickstart.gin", root="gs://some-bucket/exp", env=env,
+                       timeout=300)
+
+    run = runexp()
     assert run.returncode == 1, run.stdout + run.stderr
     assert "no Google credentials to reach gs://some-bucket/exp" in run.stderr
     assert "gcloud auth application-default login" in run.stderr
     assert "Traceback" not in run.stderr
-    dry = subprocess.run(args + ["--dry_run"], capture_output=True, text=True, env=env,
-                         timeout=300)
+    dry = runexp("--dry_run")
     assert dry.returncode == 1 and "add --offline to the dry run" in dry.stdout
-    offline = subprocess.run(args + ["--dry_run", "--offline"], capture_output=True,
-                             text=True, env=env, timeout=300)
+    offline = runexp("--dry_run", "--offline")
     assert offline.returncode == 2, offline.stderr
     assert "skipped: offline planning (--offline)" in offline.stdout
     # The state on gs:// is not read either: each stage says so, not a credentials error.
     assert "why: not known: planned --offline (its state on gs:// was not read)" in offline.stdout
     assert "DefaultCredentialsError" not in offline.stdout
-    refused = subprocess.run(args + ["--offline"], capture_output=True, text=True, env=env,
-                             timeout=300)
+    refused = runexp("--offline")
     assert refused.returncode == 1 and "--offline only plans" in refused.stderr
 
 
@@ -168,16 +166,14 @@ def test_gcs_corpus_without_credentials_is_one_error_before_anything_runs(tmp_pa
     """A local root reading a gs:// corpus, no credentials yet (a laptop before `gcloud auth
     application-default login`): one error saying how to authenticate, exit 1, nothing
     written; the plan marks the unlisted input and the fingerprints resting on it."""
-    import subprocess
-    import sys
+    root, env = tmp_path / "out", _no_credentials_env(tmp_path)
 
-    root = tmp_path / "out"
-    args = [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'",
-            "--gin_param=CORPUS_FILES='gs://some-bucket/corpus/*.txt'"]
-    env = _no_credentials_env(tmp_path)
-    dry = subprocess.run(args + ["--dry_run"], capture_output=True, text=True, env=env,
-                         timeout=300)
+    def runexp(*flags):
+        return run_cli(*flags, gin_file="quickstart.gin", root=root,
+                       params=["CORPUS_FILES='gs://some-bucket/corpus/*.txt'"], env=env,
+                       timeout=300)
+
+    dry = runexp("--dry_run")
     assert dry.returncode == 1, dry.stdout + dry.stderr
     assert ("error: cannot list gs://some-bucket/corpus/*.txt (no Google credentials found): "
             "run `gcloud auth application-default login`") in dry.stdout
@@ -186,14 +182,13 @@ def test_gcs_corpus_without_credentials_is_one_error_before_anything_runs(tmp_pa
     assert "Inputs not listed: 1 gs:// input (no Google credentials found)" in dry.stdout
     assert "Traceback" not in dry.stderr
 
-    run = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300)
+    run = runexp()
     assert run.returncode == 1, run.stdout + run.stderr
     assert "cannot list gs://some-bucket/corpus/*.txt (no Google credentials found)" in run.stderr
     assert "Traceback" not in run.stderr and "DefaultCredentialsError" not in run.stderr
     assert not root.exists()
 
-    offline = subprocess.run(args + ["--dry_run", "--offline"], capture_output=True, text=True,
-                             env=env, timeout=300)
+    offline = runexp("--dry_run", "--offline")
     assert offline.returncode == 2, offline.stdout + offline.stderr
     assert "gs://some-bucket/corpus/*.txt NOT LISTED (planned --offline)" in offline.stdout
 

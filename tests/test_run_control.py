@@ -6,13 +6,15 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from runexp.compiler.cli import main
 from runexp.runtime import run_lock
+from tests.support.cli import cli_args, run_cli
+
+pytestmark = pytest.mark.e2e
 
 SMALL = ["VOCAB_SIZE=2000", "MAX_SEQ_LENGTH=64", "MAX_PREDICTIONS_PER_SEQ=10", "DUPE_FACTOR=1",
          "WARMUP_STEPS=4", "train.log_every=5", "vocab.max_sentences=20000",
@@ -20,17 +22,15 @@ SMALL = ["VOCAB_SIZE=2000", "MAX_SEQ_LENGTH=64", "MAX_PREDICTIONS_PER_SEQ=10", "
 
 
 def _args(root, *extra):
-    return [sys.executable, "-m", "runexp.compiler.cli", "--gin_file=quickstart.gin",
-            f"--gin_param=OUTPUT_ROOT='{root}'", *[f"--gin_param={p}" for p in SMALL], *extra]
+    return cli_args(*extra, gin_file="quickstart.gin", root=root, params=SMALL)
 
 
 def _run(root, *extra, timeout=900):
-    return subprocess.run(_args(root, *extra), capture_output=True, text=True, timeout=timeout)
+    return run_cli(*extra, gin_file="quickstart.gin", root=root, params=SMALL, timeout=timeout)
 
 
 def _status(root):
-    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", "status", root,
-                           "--json"], capture_output=True, text=True, timeout=120)
+    proc = run_cli("status", root, "--json", timeout=120)
     assert proc.returncode in (0, 2), proc.stderr
     return json.loads(proc.stdout)
 
@@ -63,8 +63,7 @@ def test_until_only_lock_and_live_status(tmp_path):
         stage = next(s for s in report["stages"] if s["state"] == "running")
         assert stage["id"] == "pretrain" and report["running"]["pid"] == live.pid
         assert stage["step"] > 0 and stage["loss"] > 0 and stage["eta_seconds"] > 0
-        text = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", "status", root],
-                              capture_output=True, text=True, timeout=120).stdout
+        text = run_cli("status", root, timeout=120).stdout
         assert "running now: pid" in text and "ETA" in text
 
         # A second run on the same root is refused, with who holds it and what to do.

@@ -14,6 +14,9 @@ import textwrap
 import pytest
 
 from runexp.compiler.exit_codes import EXIT_USER_ERROR
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 WORDS = ("the cat sat on a mat and dog ran to red blue house tree sun moon "
          "big small old new fast slow").split()
@@ -97,10 +100,9 @@ bert_pretraining_task.num_workers = 2
     return str(path)
 
 
-def _runexp(gin, cwd, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin}",
-                           "--until=preprocess", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout)
+def _runexp(gin, cwd, *args):
+    """Up to the preprocess stages, from ``cwd``."""
+    return run_cli("--until=preprocess", *args, gin_file=gin, cwd=cwd)
 
 
 READ_BACK = """
@@ -202,9 +204,10 @@ def tfds_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tfds")
     (d / "e2e_builder.py").write_text(BUILDER_MODULE)
     data_dir = d / "data"
-    code = ("import sys; sys.path.insert(0, sys.argv[1])\nimport e2e_builder\n"
-            "e2e_builder.RunexpE2eDocs(data_dir=sys.argv[2]).download_and_prepare()\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(d), str(data_dir)],
+    # Run in the builder's directory, as its author would: ``-c`` finds modules there.
+    code = ("import sys\nimport e2e_builder\n"
+            "e2e_builder.RunexpE2eDocs(data_dir=sys.argv[1]).download_and_prepare()\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(data_dir)], cwd=str(d),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return data_dir

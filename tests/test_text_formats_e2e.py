@@ -4,13 +4,14 @@ fatal), and changing the format rebuilds both."""
 
 import json
 import random
-import subprocess
-import sys
 
 import pytest
 
 from runexp.compiler.exit_codes import EXIT_PENDING
 from runexp.compiler.planner import compile_experiment
+from tests.support.cli import run_cli
+
+pytestmark = pytest.mark.e2e
 
 WORDS = ("model layer token batch value function return object string number list file "
          "graph tensor shape index train step loss weight input output array record "
@@ -59,12 +60,6 @@ pretrain/bert_pretraining_task.text_field = 'body'
     return str(path), tmp_path
 
 
-def runexp(gin_file, *args, params=()):
-    cmd = [sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin_file}", *args]
-    cmd += [f"--gin_param={p}" for p in params]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-
-
 def stage_text(plan_text, stage_id):
     start = plan_text.index(f" {stage_id}  (")
     return plan_text[start:plan_text.index("\n\n", start)]
@@ -72,7 +67,7 @@ def stage_text(plan_text, stage_id):
 
 def test_dry_run_shows_the_format_and_fingerprints_follow_it(experiment):
     gin, d = experiment
-    proc = runexp(gin, "--dry_run")
+    proc = run_cli("--dry_run", gin_file=gin)
     assert proc.returncode == EXIT_PENDING, proc.stderr
     pre = stage_text(proc.stdout, "preprocess.pretrain")
     assert "format = 'jsonl'" in pre and "text_field = 'body'" in pre
@@ -99,7 +94,7 @@ def test_dry_run_shows_the_format_and_fingerprints_follow_it(experiment):
 
 def test_vocab_and_preprocess_run_on_jsonl_text(experiment):
     gin, d = experiment
-    proc = runexp(gin, "--until=preprocess")
+    proc = run_cli("--until=preprocess", gin_file=gin)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = d / "out"
     pieces = (out / "vocab" / "vocab.txt").read_text(encoding="utf-8").splitlines()
@@ -113,7 +108,8 @@ def test_vocab_and_preprocess_run_on_jsonl_text(experiment):
     assert bad["missing_text_lines"] == {"count": 1, "samples": [f"{d}/news-0.jsonl:4"]}
     assert "WARNING: skipped or repaired bad input: 1 invalid json lines" in proc.stdout
     # Another format: the plan says both stages are rebuilt, and why.
-    proc = runexp(gin, "--dry_run", params=["pretrain/bert_pretraining_task.format='paragraphs'"])
+    proc = run_cli("--dry_run", gin_file=gin,
+                   params=["pretrain/bert_pretraining_task.format='paragraphs'"])
     assert proc.returncode == EXIT_PENDING, proc.stderr
     assert "~ vocab  (vocab)  will be rebuilt" in proc.stdout
     assert "why: task pretrain is read as 'paragraphs', was 'jsonl'" in proc.stdout

@@ -12,10 +12,11 @@ from runexp.compiler.specs.launch import ExperimentSpec, MixtureSpec, ModelSpec
 from runexp.compiler.specs.preprocess import MaskingSpec, PreprocessSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.compiler.specs.suite import SuiteSpec
+from runexp.compiler.specs.sweep import SweepSpec
 from runexp.compiler.specs.train import OptimizerSpec, TrainSpec
 from runexp.compiler.specs.vocab import VocabSpec
 
 __all__ = ["REQUIRED", "Param", "Spec", "nested", "setting", "CorpusSpec", "EvaluateSpec",
            "ExportSpec", "ClassificationSpec", "FinetuneSpec", "ExperimentSpec", "MixtureSpec",
            "ModelSpec", "MaskingSpec", "PreprocessSpec", "OptimizerSpec", "SourceSpec", "SuiteSpec",
-           "TrainSpec", "VocabSpec"]
+           "SweepSpec", "TrainSpec", "VocabSpec"]

@@ -17,8 +17,9 @@ class ExperimentSpec(Spec):
     accelerator: str = setting("cpu", "accelerator profile (see compiler/accelerators.py)")
     max_attempts: int = setting(1, "launches in all when a run is preempted (SIGTERM): "
                                    "relaunched until done or this many", minimum=1)
-    relaunch_backoff_s: float = setting(30.0, "seconds before the first relaunch (doubled each "
-                                              "time)", minimum=0.0)
+    relaunch_backoff_s: float = setting(30.0, "seconds before a relaunch; doubled for each "
+                                              "further one after a launch shorter than 30 "
+                                              "minutes (at most 10 minutes)", minimum=0.0)
     wall_time_hours: Optional[float] = setting(None, "stop cleanly with a checkpoint after this "
                                                      "long (a 12-hour notebook: 11.5)",
                                                minimum=0.0)

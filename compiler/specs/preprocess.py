@@ -18,6 +18,18 @@ _ONE_MODEL = "same: one model reads every task's examples"
 # (its input split_index_dir).
 SPLIT_INDEX_DIR = "split_index"
 _AT_ONCE = "same_if_dynamic: a batch of examples masked at training time is masked at once"
+# Packing (tasks/packing.py): instances per packed row at most, as Graphcore's and NVIDIA's
+# packed BERT.
+MAX_INSTANCES_PER_ROW = 3
+
+
+def packed_max_predictions(max_seq_length: int, max_predictions_per_seq: int,
+                           masked_lm_prob: float,
+                           max_instances: int = MAX_INSTANCES_PER_ROW) -> int:
+    """The prediction slots of a packed row: enough for any row (tasks/packing.py), and
+    fewer than ``max_instances x max_predictions_per_seq`` (the row's tokens bound them)."""
+    bound = int(max_seq_length * masked_lm_prob + 1e-6) + max_instances  # floor: both >= 0
+    return max(1, min(max_instances * max_predictions_per_seq, bound))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +88,10 @@ class PreprocessSpec(Spec):
                                            "epoch (RoBERTa); validation stays statically masked",
                                     mixture="same: a batch mixes the tasks' examples")
     random_seed: int = setting(12345, "seed of instance creation and masking")
+    packing: bool = setting(False, "pack up to 3 instances into each train row (attention "
+                                   "stays within an instance; validation stays unpacked): "
+                                   "fewer padding tokens per step", mixture=_ONE_MODEL,
+                            phase=True)
     num_shards: int = setting(0, "output shards per split (0: chosen from the corpus size)",
                               minimum=0)
     num_workers: int = setting(0, "worker processes (0: one per core)", minimum=0)
@@ -97,3 +113,17 @@ class PreprocessSpec(Spec):
         """Only the train split is masked at training time; validation keeps static masks,
         so evaluations stay comparable across runs."""
         return bool(self.dynamic_masking) and split == "train"
+
+    def is_packed(self, split: str) -> bool:
+        """Only the train split is packed; validation keeps one instance a row, so held-out
+        numbers compare with unpacked runs."""
+        return bool(self.packing) and split == "train"
+
+    @property
+    def predictions_per_row(self) -> int:
+        """Prediction slots of a train row: packed_max_predictions when packed."""
+        m = self.masking
+        if not self.packing:
+            return m.max_predictions_per_seq
+        return packed_max_predictions(self.max_seq_length, m.max_predictions_per_seq,
+                                      m.masked_lm_prob)

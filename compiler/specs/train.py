@@ -70,6 +70,16 @@ class TrainSpec(Spec):
     max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)
     max_predictions_per_seq: int = setting(20, "masked positions per example (the preprocess "
                                                "stage's)", gin=None)
+    packing: bool = setting(False, "train rows hold up to 3 instances (the preprocess "
+                                   "stage's packing)", gin=None)
+    max_predictions_per_row: int = setting(0, "prediction slots of a packed train row (the "
+                                              "preprocess stage's; 0: unpacked)", gin=None)
+    batch_counts: str = setting(
+        "instances", "with packed rows, what batch_size counts: 'instances' (rows a step = "
+                     "batch_size / the measured packing factor, so the learning rate and steps "
+                     "mean what they mean unpacked) or 'rows' (about factor x batch_size "
+                     "instances a step: a larger batch, scale the learning rate with it)",
+        choices=("instances", "rows"), phase=True)
     mixture: Optional[str] = setting(None, "the mixture trained on (train.task)", gin=None)
     mixture_rates: Optional[dict] = setting(None, "task -> sampling rate of the mixture",
                                             gin=None)

@@ -11,6 +11,7 @@ Usage (inside compiler/stages/<kind>.py):
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any, Optional, Sequence
 
 from runexp.compiler import uris
@@ -20,6 +21,7 @@ from runexp.compiler.gcs_inputs import NOT_LISTED, InputLister, listing_digest
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import Stage
 from runexp.compiler.schema import CONFIGURABLES
+from runexp.compiler.specs import CorpusSpec
 from runexp.compiler.user_modules import resolve_imports
 
 # The fingerprint of an input whose content the compiler cannot see: a gs:// input that
@@ -135,7 +137,6 @@ class PlanContext:
 
         Returns (uris, fingerprints, deps).
         """
-        from runexp.compiler.stages.corpus import ensure_corpus_stage
 
         out, fps, deps = [], {}, []
         for pattern in patterns or []:
@@ -147,7 +148,7 @@ class PlanContext:
                     self.c.error(f"{label}: unknown builtin corpus file {pattern!r}", location,
                                  hint=did_you_mean(pattern, valid))
                     continue
-                stage = ensure_corpus_stage(self)
+                stage = self.builtin_corpus()
                 out.append(uris.join(stage.output_dir, name))
                 fps[pattern] = stage.fingerprint
                 deps.append(stage.id)
@@ -165,6 +166,17 @@ class PlanContext:
                 out.append(path)
                 fps[pattern] = files_digest(matched)
         return out, fps, sorted(set(deps))
+
+    def builtin_corpus(self) -> Stage:
+        """The plan's one corpus stage (the built-in corpus), added the first time a
+        builtin:// file is named."""
+        if self.corpus_stage is None:
+            b = StageBuilder(self.r)
+            b.set("source", CorpusSpec.source, "builtin:// corpus")
+            b.take_spec(CorpusSpec, "builtin_corpus")
+            b.set("python_version", "%d.%d" % sys.version_info[:2], "the running Python")
+            self.corpus_stage = self.add("corpus", "corpus", b, {}, {}, [])
+        return self.corpus_stage
 
     def check_batch(self, batch, accel, what: str, location: Optional[Location]) -> None:
         """Each replica takes an equal share of a batch."""

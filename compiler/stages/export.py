@@ -1,4 +1,5 @@
-"""Planning the export stage: the fine-tuned model when there is one, else the encoder."""
+"""Planning the export stage: the fine-tuned model when there is one (of a sweep, its
+selected or named point: compiler/sweep.py), else the encoder."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Optional
 
 from runexp.compiler.plan import Stage
 from runexp.compiler.stages.common import PlanContext, StageBuilder
+from runexp.compiler.sweep import export_source
 
 
 def plan_export(ctx: PlanContext, vocab: Stage, pretrain: Optional[Stage],
@@ -13,6 +15,10 @@ def plan_export(ctx: PlanContext, vocab: Stage, pretrain: Optional[Stage],
     source = finetune or pretrain
     if source is None:
         return None
+    point = None
+    if finetune is not None and finetune.kind == "sweep":  # the selected or the named point
+        point = export_source(ctx, finetune)
+        source = point[3]
     b = StageBuilder(ctx.r)
     b.copy(source, "model")
     inputs = {"vocab_dir": vocab.output_dir}
@@ -22,7 +28,11 @@ def plan_export(ctx: PlanContext, vocab: Stage, pretrain: Optional[Stage],
         inputs["checkpoint_dir"] = pretrain.output_dir
         fps["checkpoint"] = pretrain.fingerprint
         deps.append(pretrain.id)
-    if finetune is not None:
+    if point is not None:
+        inputs.update(point[0])
+        fps.update(point[1])
+        deps.extend(point[2])
+    elif finetune is not None:
         inputs["finetune_dir"] = finetune.output_dir
         fps["finetune"] = finetune.fingerprint
         deps.append(finetune.id)

@@ -17,6 +17,7 @@ from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
 from runexp.compiler.stages.huggingface_init import huggingface_init
 from runexp.compiler.glue_tasks import GlueTask, header_problem
 from runexp.compiler.specs.task_kinds import KINDS, metric_names, task_kind
+from runexp.compiler.sweep import Grid, plan_points
 
 TASK = "classification_task"
 # Task settings newer than the plans of existing experiments: left out of a plan while unset
@@ -29,9 +30,11 @@ SAMPLE_ROWS = 10_000  # rows of larger files read at compile time
 
 def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[Stage],
                   accel, glue: Optional[GlueTask] = None,
-                  glue_dir: Optional[str] = None) -> Optional[Stage]:
+                  glue_dir: Optional[str] = None, grid: Optional[Grid] = None) -> Optional[Stage]:
     """The finetune stage of a registered classification_task, or of a ``glue`` task read
-    from ``glue_dir``. None after reporting a problem every fine-tune would share."""
+    from ``glue_dir``; with a sweep's ``grid``, one finetune stage per point and the task's
+    sweep stage, which is returned (compiler/sweep.py). None after reporting a problem every
+    fine-tune would share."""
     tasks = ctx.r.scopes(TASK)
     if glue is None and task not in tasks:
         ctx.c.error(f"finetune.task names {task!r}, which is not a registered "
@@ -91,6 +94,8 @@ def plan_finetune(ctx: PlanContext, task: str, vocab: Stage, pretrain: Optional[
         inputs["init_checkpoint"] = p["init_checkpoint"]
         fps["checkpoint"] = ctx.checkpoint_digest(p["init_checkpoint"],
                                                   directory=hf is not None)
+    if grid is not None:
+        return plan_points(ctx, task, b, inputs, fps, sorted(set(deps)), grid, accel)
     return ctx.add(f"finetune.{task}", "finetune", b, inputs, fps, sorted(set(deps)))
 
 

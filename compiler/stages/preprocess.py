@@ -18,6 +18,8 @@ from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.phases import SINGLE, Phase
 from runexp.compiler.stages.runner import check_corpus_reachable, check_runner
 from runexp.compiler.shard_count import auto_num_shards
+from runexp.compiler.stages.example_files import bert_tfrecord_inputs
+from runexp.compiler.stages.seqio_sources import seqio_source_inputs
 
 TASK = "bert_pretraining_task"
 
@@ -43,6 +45,7 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SI
     check_runner(ctx, task, b)  # where the shards are built (compiler/stages/runner.py)
     source = SourceSpec.pick(p)
     drop_unused_source_settings(ctx, task, b, source.format)
+    check_packing(ctx, task, b, source, phase)
     if phase.count > 1 and not source.makes_instances:
         ctx.c.error(f"{task}: format {source.format!r} brings ready-made examples of one "
                     "length, but train.phases trains at several: each phase's examples are "
@@ -63,10 +66,8 @@ def plan_preprocess(ctx: PlanContext, task: str, vocab: Stage, phase: Phase = SI
         inputs, fps, deps = text_inputs(ctx, task, p, b)
         check_corpus_reachable(ctx, task, b.params, inputs)
     elif source.reads_seqio:
-        from runexp.compiler.stages.seqio_sources import seqio_source_inputs
         inputs, fps, deps = seqio_source_inputs(ctx, task, p, b)
     else:  # ready-made TFRecords
-        from runexp.compiler.stages.example_files import bert_tfrecord_inputs
         inputs, fps, deps = bert_tfrecord_inputs(ctx, task, p, b)
     inputs["vocab_dir"] = vocab.output_dir
     fps["vocab"] = vocab.fingerprint
@@ -172,6 +173,22 @@ def check_masking(ctx: PlanContext, task: str, p: dict, phase: Phase = SINGLE) -
                                    f"{phase.number}" if phase.sets("max_predictions_per_seq")
                        or phase.sets("max_seq_length")
                        else f"set MAX_PREDICTIONS_PER_SEQ = {expected}")
+
+
+def check_packing(ctx: PlanContext, task: str, b: StageBuilder, source: SourceSpec,
+                  phase: Phase) -> None:
+    """Packing (tasks/packing.py) packs the instances the stage makes; off, it is left out
+    of the plan (as the plans made before it existed, whose fingerprints stay the same)."""
+    if not b.params.get("packing"):
+        b.params.pop("packing", None)
+        b.provenance.pop("packing", None)
+        return
+    if not source.makes_instances:
+        ctx.c.error(f"{task}: packing packs the instances the preprocess stage makes, but "
+                    f"format {source.format!r} brings ready-made examples, cached as they are",
+                    phase.loc(ctx, "packing", TASK, "packing", task),
+                    hint=f"give the task a text or document source "
+                         f"({', '.join(DOCUMENT_FORMATS)}), or remove packing")
 
 
 def check_word_segmenter(ctx: PlanContext, task: str, b: StageBuilder, vocab: Stage) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Optional
 
 from runexp.compiler.plan import Stage
-from runexp.compiler.specs import TrainSpec
+from runexp.compiler.specs import PreprocessSpec, TrainSpec
+from runexp.compiler.specs.preprocess import MAX_INSTANCES_PER_ROW
 from runexp.compiler.specs.phases import LATER_PHASES_ONLY
 from runexp.compiler.stages.common import PlanContext, StageBuilder, data_inputs
 from runexp.compiler.stages.encoder import check_init_checkpoint, model_config
@@ -38,6 +39,7 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SIN
         b.set("jit_compile", accel is not None and (accel.type == "tpu" or accel.replicas == 1),
               "auto: on for TPUs and for one replica (see train.jit_compile)")
     b.copy(pres[0], "max_seq_length", "max_predictions_per_seq")
+    plan_packing(ctx, b, pres[0], phase)
     if isinstance(pre, list):
         name = ctx.r.get("train", "task")
         rates = ctx.r.get("bert_pretraining_mixture", "rates", name)
@@ -61,6 +63,28 @@ def plan_pretrain(ctx: PlanContext, pre, vocab: Stage, accel, phase: Phase = SIN
         fps["previous_phase"] = previous.fingerprint
         deps = [*deps, previous.id]
     return ctx.add(f"pretrain{phase.suffix}", "pretrain", b, inputs, fps, [*deps, vocab.id])
+
+
+def plan_packing(ctx: PlanContext, b: StageBuilder, pre: Stage, phase: Phase) -> None:
+    """A phase trained on packed rows (the preprocess stage's ``packing``) says so, with its
+    rows' prediction slots and what its batch size counts; unpacked, none of the three is in
+    the plan (as plans made before packing existed, whose fingerprints stay the same)."""
+    names = ("packing", "max_predictions_per_row", "batch_counts")
+    if pre.params.get("packing"):
+        b.copy(pre, "packing")
+        spec = PreprocessSpec.pick(pre.params)
+        b.set("max_predictions_per_row", spec.predictions_per_row,
+              f"derived: {MAX_INSTANCES_PER_ROW} instances a row, masked_lm_prob "
+              f"{spec.masking.masked_lm_prob:g} of {spec.max_seq_length} tokens")
+        return
+    where = phase.loc(ctx, "batch_counts", "train", "batch_counts")
+    if where is not None and b.params.get("batch_counts") != TrainSpec.default("batch_counts"):
+        ctx.c.warn(f"{phase.label}train.batch_counts says what a batch of packed rows counts, "
+                   "and this phase's examples are not packed: it is ignored", where,
+                   hint="remove it, or pack the phase's examples ('packing': True)")
+    for name in names:
+        b.params.pop(name, None)
+        b.provenance.pop(name, None)
 
 
 def _drop_later_phase_settings(ctx: PlanContext, b: StageBuilder, phase: Phase) -> None:

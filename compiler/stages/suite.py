@@ -18,11 +18,14 @@ from runexp.compiler.glue_tasks import GLUE_TASKS, LEFT_OUT
 from runexp.compiler.plan import Stage
 from runexp.compiler.stages.common import PlanContext, StageBuilder
 from runexp.compiler.stages.finetune import TASK, plan_finetune
+from runexp.compiler.sweep import Grid
 
 
 def plan_suite(ctx: PlanContext, names: Sequence[str], vocab: Stage, pretrain: Optional[Stage],
-               accel) -> list[Stage]:
-    """The suite's finetune stages, then the suite stage (when every task was planned)."""
+               accel, grid: Optional[Grid] = None) -> list[Stage]:
+    """The suite's finetune stages, then the suite stage (when every task was planned). With
+    a sweep's ``grid``, each task's points and its sweep stage, whose metrics.json (the
+    selected point's, its mean over the seeds) the suite stage reads."""
     where = ctx.loc("finetune", "suite")
     registered = ctx.r.scopes(TASK)
     glue_dir = ctx.r.get("glue", "data_dir")
@@ -31,6 +34,12 @@ def plan_suite(ctx: PlanContext, names: Sequence[str], vocab: Stage, pretrain: O
         ctx.c.error(f"finetune.suite names {', '.join(map(repr, repeated))} more than once",
                     where, hint="name each task once")
         return []
+    if grid is not None and ctx.r.get("finetune", "export_point") is not None:
+        ctx.c.error("finetune.export_point is set, but the export of a suite is of the "
+                    "pretrained encoder: no point of its sweeps is exported",
+                    ctx.loc("finetune", "export_point"),
+                    hint="unset finetune.export_point (each task's sweep.json names its "
+                         "selected point)")
     stages, known = [], [*GLUE_TASKS, *registered]
     for name in names:
         glue = GLUE_TASKS.get(name)
@@ -57,7 +66,8 @@ def plan_suite(ctx: PlanContext, names: Sequence[str], vocab: Stage, pretrain: O
                         f"{', '.join(GLUE_TASKS)}; or register {name}/classification_task."
                         "train_file = '...')")
             continue
-        stage = plan_finetune(ctx, name, vocab, pretrain, accel, glue=glue, glue_dir=glue_dir)
+        stage = plan_finetune(ctx, name, vocab, pretrain, accel, glue=glue, glue_dir=glue_dir,
+                              grid=grid)
         if stage is None:  # a problem every task shares (the checkpoint): said once
             return stages
         stages.append(stage)
@@ -66,7 +76,7 @@ def plan_suite(ctx: PlanContext, names: Sequence[str], vocab: Stage, pretrain: O
         why = ctx.r.provenance("finetune", "suite").short()
         b.set("tasks", list(names), why)
         b.set("glue_tasks", [n for n in names if n in GLUE_TASKS], why)
-        ctx.add("suite", "suite", b, {"finetune_dirs": {s.id[len("finetune."):]: s.output_dir
+        ctx.add("suite", "suite", b, {"finetune_dirs": {s.params["task"]: s.output_dir
                                                         for s in stages}},
                 {s.id: s.fingerprint for s in stages}, [s.id for s in stages])
     return stages

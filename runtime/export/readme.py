@@ -181,7 +181,7 @@ python run_classifier.py --task_name=... --data_dir=... --output_dir=... \\
 
 
 def _huggingface_section(f: ExportFacts) -> str:
-    """How transformers loads ``huggingface/`` (the code tests/runtime/hf_consumer.py runs)
+    """How transformers loads ``huggingface/`` (the code tests/support/hf_consumer.py runs)
     and how to publish it."""
     tokenizer_files = "tokenizer.json" in f.huggingface_files
     example = "Return the value of the key."

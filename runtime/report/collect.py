@@ -40,6 +40,7 @@ KEY_PARAMS = {
     "evaluate": ("max_examples", "batch_size"),
     "finetune": ("task", "train_steps", "batch_size", "learning_rate", "warmup_steps",
                  "max_seq_length", "init_checkpoint"),
+    "sweep": ("task", "grid", "select_metric", "export_point"),
     "export": (),
 }
 
@@ -180,7 +181,7 @@ def collect(root: str, draw: bool = True) -> Report:
         status, manifest = _status(reader, stage, directory)
         sr = StageReport(stage, directory, status, manifest)
         if stage.kind in curves.PANELS:
-            sr.logs = curves.read_logs(directory, reader.text)
+            sr.logs = curves.read_logs(directory)
         stages.append(sr)
     estimates, error = {}, ""
     try:

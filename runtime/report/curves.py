@@ -3,13 +3,15 @@
 Data: the stage's ``train_log.jsonl`` (one record per ``log_every`` steps: metrics of that
 window, learning rate, examples/s, gradient norm; records with an ``"event"`` key are events
 such as ``deadline_stop``, drawn as vertical lines) and ``eval_log.jsonl`` (held-out metrics
-every ``eval_every`` steps), both written by runtime/train_log.py. Every panel shares the step
+every ``eval_every`` steps), both written by runtime/train_log.py and read, streamed, by
+runtime/log_reader.py: of a long run's records at most ``log_reader.CURVE_POINTS`` per log
+are kept, evenly through it (and the last). Every panel shares the step
 axis. References are drawn where they are known (``references``): the most-frequent-token
 and majority-class baselines, chance for NSP, the loss of a uniform guess, the clip norm, and
 the scores of the evaluate stage and of the dev sets as single points.
 
 Usage:
-    logs = parse_logs(train_text, eval_text)
+    logs = read_logs(stage_dir)       # or parse_logs(train_text, eval_text)
     fig = curves_figure("pretrain", logs, references(plan, stage, summaries), title="...")
     png = figure_png(fig)
     draw_stage_curves(ctx, summary)    # in a handler: never raises, reports a warning
@@ -22,17 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import math
 import os
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from runexp.compiler.specs import PreprocessSpec
+from runexp.runtime import cluster, log_reader
+from runexp.runtime.log_reader import EVAL_LOG, TRAIN_LOG
 
-# The names runtime/train_log.py writes (it imports TensorFlow, so they are repeated here;
-# a test checks that they agree).
-TRAIN_LOG = "train_log.jsonl"
-EVAL_LOG = "eval_log.jsonl"
 CURVES_FILE = "curves.png"
 
 # Size and resolution of the PNG: 1500 x 820 pixels for the six panels of a pretrain stage,
@@ -114,40 +113,27 @@ PANELS = {"pretrain": PRETRAIN_PANELS, "finetune": FINETUNE_PANELS}
 _EVENT_LABELS = {"deadline_stop": "stopped at the wall-time budget"}
 
 
-def parse_jsonl(text: Optional[str]) -> list[dict]:
-    """The complete records of a jsonl text (a line cut short by a kill is dropped)."""
-    out = []
-    for line in (text or "").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+def logs_of(train_src, eval_src, limit: int = log_reader.CURVE_POINTS) -> Logs:
+    """The logs of two log_reader sources (None: no such log): each log's events, and at
+    most ``limit`` (+ the last) of its metrics records evenly through it (log_reader.sample),
+    so a million-step log draws about as fast, and in as little memory, as a short one."""
+    by_step = lambda r: r.get("step", 0)  # noqa: E731
+    train, events = log_reader.sample(train_src, limit)
+    evals, _ = log_reader.sample(eval_src, limit)
+    return Logs(train=sorted(train, key=by_step), evals=sorted(evals, key=by_step),
+                events=events)
 
 
 def parse_logs(train_text: Optional[str], eval_text: Optional[str]) -> Logs:
-    train = parse_jsonl(train_text)
-    by_step = lambda r: r.get("step", 0)  # noqa: E731
-    return Logs(train=sorted((r for r in train if "event" not in r), key=by_step),
-                evals=sorted(parse_jsonl(eval_text), key=by_step),
-                events=[r for r in train if "event" in r])
+    """The logs of two jsonl texts (None: no such log)."""
+    text = lambda t: log_reader.TextSource(t) if t else None  # noqa: E731
+    return logs_of(text(train_text), text(eval_text))
 
 
-def _read_local(path: str) -> Optional[str]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return None
-
-
-def read_logs(stage_dir: str, read_text: Callable[[str], Optional[str]] = _read_local) -> Logs:
-    """The logs of a stage directory; ``read_text(path) -> str | None`` (None: no file)."""
-    join = (lambda name: f"{stage_dir.rstrip('/')}/{name}") if "://" in stage_dir else \
-        (lambda name: os.path.join(stage_dir, name))
-    return parse_logs(read_text(join(TRAIN_LOG)), read_text(join(EVAL_LOG)))
+def read_logs(stage_dir: str) -> Logs:
+    """The logs of a stage directory (local or gs://)."""
+    return logs_of(log_reader.source(log_reader.log_path(stage_dir, TRAIN_LOG)),
+                   log_reader.source(log_reader.log_path(stage_dir, EVAL_LOG)))
 
 
 # --- references -----------------------------------------------------------------------------
@@ -357,8 +343,6 @@ def draw_stage_curves(ctx, summary: Optional[dict] = None, sync: bool = False) -
     Never raises: training outcomes must not depend on a plot; a failure is a warning line.
     Returns the PNG's path (None when nothing was drawn)."""
     try:
-        from runexp.runtime import cluster
-
         if not cluster.is_chief():  # other workers train in private dirs nobody reads
             return None
         stage = ctx.stage

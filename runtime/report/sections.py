@@ -12,6 +12,7 @@ from runexp.runtime.report.collect import (BOOKKEEPING, STATUS_TEXT, Report, Roo
                                            StageReport)
 from runexp.runtime.report.format import (compare, duration, esc, img, key_params, path_html,
                                           pct, status_badge)
+from runexp.runtime.report.sweeps import section_sweeps
 
 
 
@@ -316,6 +317,9 @@ def _section_artifacts(r: Report, reader: RootReader) -> str:
         parts.append(f"<p><b>{esc(sr.stage.id)}</b> in <code>{esc(sr.dir)}</code> "
                      f"(step {esc(sr.summary.get('step', '?'))}"
                      + (", the fine-tuned encoder" if sr.stage.inputs.get("finetune_dir")
+                        else f", the fine-tuned encoder of the sweep's point "
+                             f"{esc(sr.summary.get('point', '?'))}"
+                        if sr.stage.inputs.get("sweep_dir")
                         else ", the pretrained encoder") + ")</p>"
                      f"<table class='compact'><thead><tr><th>file</th><th>size</th><th></th>"
                      f"</tr></thead><tbody>{rows}</tbody></table>")
@@ -458,6 +462,8 @@ def render(r: Report) -> str:
     sections = [
         ("overview", "Overview", _section_overview(r)),
         ("metrics", "Results against baselines", _section_metrics(r)),
+        *([("sweeps", "Sweeps: the grid, the selection", section_sweeps(r, reader))]
+          if r.by_kind("sweep") else []),
         ("plan", "Plan: stages and key parameters", _section_plan(r)),
         ("time", "Time: estimated and actual", _section_time(r)),
         ("curves", "Training curves", _section_curves(r)),

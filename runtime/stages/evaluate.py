@@ -33,7 +33,10 @@ _BASELINE_MAX_EXAMPLES = 200_000
 def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
                         max_predictions_per_seq: int, max_examples: int | None) -> np.ndarray:
     """Counts of each masked target id (weight > 0) in a split; index = token id. A split
-    masked at training time is masked here as training masks it (one pass)."""
+    masked at training time is masked here as training masks it (one pass); a packed one's
+    rows have their own prediction slots."""
+    if pretraining_data.has_split(data_dir, split):
+        max_predictions_per_seq = pretraining_data.split_predictions(data_dir, split)
     ds = pretraining_data.pretraining_dataset(
         data_dir, split, batch_size=1024, max_seq_length=max_seq_length,
         max_predictions_per_seq=max_predictions_per_seq, training=False,

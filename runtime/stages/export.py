@@ -2,7 +2,8 @@
 
 Contract (docs/STAGES.md): params ``model``; inputs ``checkpoint_dir`` (pretrain stage dir),
 ``vocab_dir``, optionally ``finetune_dir`` (then the fine-tuned encoder is exported, with its
-classifier). Writes:
+classifier), or a sweep's ``finetune_dirs`` (point -> dir) and ``sweep_dir`` (then the point
+its ``sweep.json`` names ``exported``). Writes:
 
 - ``encoder/``: TF Hub-style encoder SavedModel (runtime/export/encoder.py): int32
   ``input_word_ids``, ``input_mask``, ``input_type_ids`` [batch, seq] -> ``pooled_output``,
@@ -37,6 +38,8 @@ from runexp.compiler.specs.train import TrainSpec
 from runexp.runtime import checkpoints
 from runexp.runtime.bert_config import BertConfig, write_bert_config
 from runexp.runtime.model import BertClassifier, BertPretrainer, count_parameters
+from runexp.runtime.export import huggingface as huggingface_lib, readme
+from runexp.tasks.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 ENCODER_DIR = "encoder"
 PREPROCESSING_DIR = "preprocessing"
@@ -45,6 +48,7 @@ GOOGLE_CHECKPOINT = "bert_model.ckpt"
 README = "README.md"
 VOCAB_FILES = ("vocab.txt", "spm.model")
 METRICS_FILE = "metrics.json"  # the finetune stage's
+SWEEP_FILE = "sweep.json"  # the sweep stage's (runtime/stages/sweep.py)
 
 
 def _upstream_params(ctx, kind: str, stage_dir: str | None) -> dict:
@@ -55,7 +59,9 @@ def _upstream_params(ctx, kind: str, stage_dir: str | None) -> dict:
             stage = ctx.upstream(dep)
         except KeyError:
             continue
-        if stage.kind == kind:
+        # Of a sweep's points, the one exported (the others are deps too).
+        if stage.kind == kind and (not stage_dir or kind != "finetune" or
+                                   stage.output_dir.rstrip("/") == stage_dir.rstrip("/")):
             return dict(stage.params)
     if stage_dir:
         try:
@@ -76,9 +82,17 @@ def _finetuned(config: BertConfig, finetune_dir: str):
     return model, checkpoints.restore_model(model, finetune_dir), metrics
 
 
-def _special_ids(vocab_dir: str) -> dict:
-    from runexp.tasks.tokenizer import SPECIAL_TOKENS, load_tokenizer
+def selected_dir(inputs: dict):
+    """Of a sweep (inputs ``finetune_dirs`` and ``sweep_dir``), the directory of the point
+    its sweep.json exports (runtime/stages/sweep.py); None without a sweep."""
+    if not inputs.get("sweep_dir"):
+        return None
+    with open(os.path.join(inputs["sweep_dir"], SWEEP_FILE), encoding="utf-8") as f:
+        point = json.load(f)["exported"]
+    return inputs["finetune_dirs"][point]
 
+
+def _special_ids(vocab_dir: str) -> dict:
     tokenizer = load_tokenizer(vocab_dir)
     return {token: tokenizer.token_to_id(token) for token in SPECIAL_TOKENS}
 
@@ -97,14 +111,12 @@ def run(ctx) -> dict:
     # TensorFlow, tensorflow_text: imported when the stage runs.
     from runexp.runtime.export import classifier as classifier_lib
     from runexp.runtime.export import encoder as encoder_lib
-    from runexp.runtime.export import huggingface as huggingface_lib
     from runexp.runtime.export import preprocessing as preprocessing_lib
-    from runexp.runtime.export import readme
 
     spec, inputs = ExportSpec.from_stage(ctx), ctx.inputs
     config = BertConfig.from_dict(spec.model)
     out = ctx.work_dir
-    finetune_dir = inputs.get("finetune_dir")
+    finetune_dir = inputs.get("finetune_dir") or selected_dir(inputs)
     metrics = finetune = None
     if finetune_dir:
         model, step, metrics = _finetuned(config, finetune_dir)
@@ -172,6 +184,8 @@ def run(ctx) -> dict:
     ctx.progress(f"exported step {step}: {parameters:,} parameters; "
                  f"{', '.join(name + '/' for name in paths)} (seq_length {seq_length}, {why}), "
                  f"{GOOGLE_CHECKPOINT}, {', '.join(copied)}, {README}")
-    return {**paths, "parameters": parameters, "step": step, "seq_length": seq_length,
+    point = ({"point": os.path.basename(finetune_dir.rstrip("/"))} if inputs.get("sweep_dir")
+             else {})  # the sweep's point exported
+    return {**paths, **point, "parameters": parameters, "step": step, "seq_length": seq_length,
             "vocab_type": report["type"], "do_lower_case": lower,
             "google_checkpoint": os.path.join(out, GOOGLE_CHECKPOINT), "vocab_files": copied}

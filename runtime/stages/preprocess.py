@@ -24,14 +24,17 @@ import threading
 import time
 
 from runexp.compiler.errors import UserError
-from runexp.compiler.specs.preprocess import SPLIT_INDEX_DIR
+from runexp.compiler.specs.preprocess import MAX_INSTANCES_PER_ROW, SPLIT_INDEX_DIR
 from runexp.runtime.context import StageContext
 from runexp.runtime.progress import Meter
 from runexp.tasks import records
 from runexp.tasks.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
-                                             ShardStats, plan_prebuilt_shard_jobs,
-                                             plan_shard_jobs, run_shard_jobs, summary_fields)
+                                             ShardStats, packing_summary,
+                                             plan_prebuilt_shard_jobs, plan_shard_jobs,
+                                             run_shard_jobs, summary_fields)
 from runexp.tasks.text_files import InputIssues, expand_globs
+from runexp.compiler.specs.source import SourceSpec
+from runexp.tasks.pretraining_shards import cached_tokenizer
 
 SPLITS = ("train", "validation")
 
@@ -42,7 +45,6 @@ def inputs_read_in_place(stage) -> tuple[str, ...]:
     'beam', the corpus files, whose ranges the pipeline's workers read from Cloud Storage
     themselves (on Dataflow they could not read a copy on this machine; on this machine
     the launcher need not download a large corpus before the workers start)."""
-    from runexp.compiler.specs.source import SourceSpec
     source = SourceSpec.pick(stage.params)
     if stage.params.get("runner") != "beam" or not source.makes_instances \
             or source.reads_seqio:
@@ -79,7 +81,6 @@ def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
 
 
 def _check_vocab_casing(ctx: StageContext, wanted: bool) -> None:
-    from runexp.tasks.pretraining_shards import cached_tokenizer
     tokenizer = cached_tokenizer(ctx.inputs["vocab_dir"])  # forked workers inherit it
     if bool(wanted) != tokenizer.do_lower_case:
         raise UserError(
@@ -159,17 +160,25 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
         if not any(j.split == split for j in jobs):
             continue
         s = totals[split]
+        packed = config.is_packed(split)
         records.write_info(cache_dir, split, num_shards, config.max_seq_length,
-                           config.masking.max_predictions_per_seq, config.is_dynamic(split))
+                           config.predictions_per_row if packed
+                           else config.masking.max_predictions_per_seq,
+                           config.is_dynamic(split), MAX_INSTANCES_PER_ROW if packed else 0)
         records.write_stats(cache_dir, split, {
-            "examples": s.instances, "input_ids_tokens": s.tokens,
+            "examples": s.records, "input_ids_tokens": s.tokens,
             "masked_lm_ids_tokens": s.masked, **s.counts(),
             "bad_input": s.issues.summary()})
         summary[split] = {"documents": s.documents, "instances": s.instances,
                           "tokens": s.tokens, "masked": s.masked}
+        if packed:
+            summary[split]["packing"] = packing_summary(s, config.max_seq_length)
+            pk = summary[split]["packing"]
+            ctx.progress(f"{split}: {s.instances:,} instances packed into {s.rows:,} rows of "
+                         f"{config.max_seq_length} tokens: {pk['factor']:.2f} instances a row, "
+                         f"rows {pk['fill']:.1%} full (unpacked: {pk['unpacked_fill']:.1%})")
         issues.add(s.issues)
     if config.dynamic_masking and any(j.split == "train" for j in jobs):
-        from runexp.tasks.pretraining_shards import cached_tokenizer
         records.write_masking(cache_dir,
                               config.masking_spec(cached_tokenizer(ctx.inputs["vocab_dir"])))
         summary["dynamic_masking"] = True

@@ -18,16 +18,22 @@ next step and raises ``preemption.Preempted``.
 Data: the tasks the input stage directories cache, read through seqio
 (runtime/pretraining_data.py); each input host reads its own share
 (``seqio.ShardInfo(host, hosts)``, runtime/distributed.py ``PerHostDataset``) at the
-per-replica batch size. A resume starts the stream at the position consumed without reading
+per-replica batch size. A phase on packed rows (``packing``) trains on the rows that hold
+``batch_size`` instances at the measured packing factor (``batch_counts`` 'instances'), or
+on ``batch_size`` rows ('rows'); held-out evaluation reads the unpacked validation split. A
+resume starts the stream at the position consumed without reading
 what came before; ``data_stream.json`` records the stream's version, and a run started with
 an older one resumes with it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import seqio
 import tensorflow as tf
 
+from runexp.compiler.packing import rows_per_step
 from runexp.compiler.specs import TrainSpec
 from runexp.runtime import checkpoints, cluster, pretraining_data, strategy as strategy_lib
 from runexp.runtime.distributed import PerHostDataset, broadcast_from_first_replica
@@ -73,6 +79,24 @@ def data_sources(spec: TrainSpec, inputs) -> tuple[list[str], list[float] | None
     return [inputs["data_dirs"][t] for t in tasks], [float(rates[t]) for t in tasks]
 
 
+def packed_batch(ctx, spec: TrainSpec, data_dirs: list[str], rates: list[float] | None,
+                 replicas: int) -> tuple[int, int]:
+    """(rows a step, prediction slots a row) of a phase on packed rows: ``batch_size`` rows
+    (``batch_counts`` 'rows'), or the rows that hold ``batch_size`` instances at the packing
+    factor the preprocess stage measured ('instances'), rounded to whole micro-batches on
+    every replica (compiler/packing.py ``rows_per_step``, as the plan's estimate)."""
+    factor = pretraining_data.packing_factor(data_dirs, rates)
+    if spec.batch_counts == "rows":
+        rows = spec.batch_size
+        ctx.progress(f"packed rows: {rows} a step, about {rows * factor:,.0f} instances at "
+                     f"{factor:.2f} instances a row (train.batch_counts = 'rows')")
+    else:
+        rows = rows_per_step(spec.batch_size, factor, replicas * spec.grad_accum_steps)
+        ctx.progress(f"packed rows: {rows} a step hold about {spec.batch_size} instances at "
+                     f"{factor:.2f} instances a row (train.batch_counts = 'instances')")
+    return rows, spec.max_predictions_per_row
+
+
 def data_stream(strategy: tf.distribute.Strategy, work_dir: str, resumed: bool) -> int:
     """The data stream version this run reads (pretraining_data.stream_of_run); with several
     workers the chief's, which alone sees the stage's checkpoints and file."""
@@ -104,6 +128,11 @@ def run(ctx) -> dict:
 
     seq, preds = spec.max_seq_length, spec.max_predictions_per_seq
     data_dirs, rates = data_sources(spec, inputs)
+    train_batch, train_preds = batch_size, preds
+    if spec.packing:  # rows of several instances (compiler/packing.py): how many a step
+        train_batch, train_preds = packed_batch(ctx, spec, data_dirs, rates,
+                                                strategy.num_replicas_in_sync)
+        loop = dataclasses.replace(loop, batch_size=train_batch)
     eval_dataset = None
     if loop.eval_every:
         held = [d for d in data_dirs if pretraining_data.has_split(d, "validation")]
@@ -177,8 +206,9 @@ def run(ctx) -> dict:
             replicas = context.num_replicas_in_sync // context.num_input_pipelines
             return pretraining_data.pretraining_dataset(
                 data_dirs if rates else data_dirs[0], "train",
-                batch_size=context.get_per_replica_batch_size(batch_size),
-                max_seq_length=seq, max_predictions_per_seq=preds, seed=seed, training=True,
+                batch_size=context.get_per_replica_batch_size(train_batch),
+                max_seq_length=seq, max_predictions_per_seq=train_preds, seed=seed,
+                training=True,
                 skip_batches=skip_batches * replicas, rates=rates, mixture=spec.mixture,
                 shard_info=seqio.ShardInfo(context.input_pipeline_id,
                                            context.num_input_pipelines), stream=stream)
@@ -205,6 +235,9 @@ def run(ctx) -> dict:
     if result.get("eval"):
         summary["eval"] = {k: result["eval"][k] for k in ("mlm_accuracy", "nsp_accuracy",
                                                             "loss")}
+    if spec.packing:  # what a step trained on (compiler/packing.py)
+        summary["packing"] = {"rows_per_step": train_batch, "batch_counts": spec.batch_counts,
+                              "factor": pretraining_data.packing_factor(data_dirs, rates)}
     if init_report is not None:
         summary["init_checkpoint"] = init_report
     if phase_report is not None:

@@ -23,7 +23,8 @@ from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
 from runexp.tasks import vocab_dir
-from runexp.tasks.text_files import expand_globs, iter_documents, sample_sentences
+from runexp.tasks.text_documents import iter_documents, sample_sentences
+from runexp.tasks.text_files import expand_globs
 from runexp.tasks.sentence_split import split_text
 
 _DIAGNOSTIC_LINES = 20_000

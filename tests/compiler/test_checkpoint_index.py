@@ -4,9 +4,9 @@ missing, corrupt, or shaped for another model, each one error with file:line and
 import os
 
 import pytest
-from checkpoint_files import bert_variables, write_index
-from test_errors import errors_of
-from test_finetune_plans import _experiment, release  # noqa: F401 - a fixture
+from tests.support.checkpoint_files import bert_variables, write_index
+from tests.support.cli import errors_of
+from tests.compiler.test_finetune_plans import _experiment, release  # noqa: F401 - a fixture
 
 from runexp.compiler.formats.checkpoint_index import CheckpointIndexError, read_index
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from runexp.compiler.cli import main
+from tests.support.cli import run_cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,8 +47,7 @@ def test_json_plan_format(tmp_path, capsys, monkeypatch):
 def test_user_error_exits_1_without_traceback(tmp_path):
     bad = tmp_path / "bad.gin"
     bad.write_text("include 'quickstart.gin'\ntrain.stepz = 3\n")
-    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={bad}",
-                           "--dry_run"], capture_output=True, text=True, cwd=tmp_path)
+    proc = run_cli("--dry_run", gin_file=bad, cwd=tmp_path)
     assert proc.returncode == 1
     assert "bad.gin:2: error: 'train' has no parameter 'stepz'" in proc.stderr
     assert "Traceback" not in proc.stderr

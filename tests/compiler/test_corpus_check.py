@@ -4,7 +4,7 @@ before a vocab, a preprocess and a pretraining are spent on it."""
 import gzip
 
 import pytest
-from test_errors import errors_of
+from tests.support.cli import errors_of
 
 from runexp.compiler.planner import compile_experiment
 

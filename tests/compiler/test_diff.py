@@ -18,6 +18,7 @@ from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE
 from runexp.compiler.planner import compile_experiment
 from runexp.runtime.executor import _manifest  # how the executor writes MANIFEST.json
 from runexp.runtime.report.collect import PLAN_FILE
+from tests.support.cli import run_cli
 
 QUICKSTART = os.path.join(installed_gin_dir(), "quickstart.gin")
 
@@ -161,9 +162,7 @@ def test_through_the_command_no_tensorflow_and_no_storage(tmp_path):
     assert "HEAVY [] RC 4" in out
     assert "~ preprocess.pretrain.dupe_factor: 3 (a.gin:3) -> 5 (b.gin:3)" in out
     (tmp_path / "bad.gin").write_text("include 'quickstart.gin'\ntrain.stepz = 3\n")
-    proc = subprocess.run([sys.executable, "-m", "runexp.compiler.cli", "diff", "a.gin",
-                           "bad.gin"], cwd=tmp_path, capture_output=True, text=True, env=env,
-                          check=False)
+    proc = run_cli("diff", "a.gin", "bad.gin", cwd=tmp_path, env=env)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert "cannot read NEW, bad.gin" in proc.stderr
     assert "bad.gin:2: error: 'train' has no parameter 'stepz'" in proc.stderr

@@ -4,12 +4,7 @@ import pytest
 
 from runexp.compiler.errors import UserError
 from runexp.compiler.planner import compile_experiment
-
-
-def errors_of(path, params=()):
-    with pytest.raises(UserError) as info:
-        compile_experiment([path], list(params))
-    return info.value.render()
+from tests.support.cli import errors_of
 
 
 def test_unknown_configurable_suggests_the_close_name(write, minimal):

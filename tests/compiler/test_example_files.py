@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from runexp.compiler.errors import UserError
 from runexp.compiler.planner import compile_experiment
 from runexp.tasks import records
 from runexp.tasks.example_proto import encode_example
+from tests.support.cli import errors_of
 
 SEQ, PREDS = 64, 10
 
@@ -67,12 +67,6 @@ def exp(write):
             pretrain/bert_pretraining_task.format = 'bert_tfrecord'
             """ + extra)
     return write_exp
-
-
-def errors_of(path, params=()):
-    with pytest.raises(UserError) as info:
-        compile_experiment([path], list(params))
-    return info.value.render()
 
 
 def test_fitting_records_are_planned_as_the_tasks_cache(exp, write):

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from runexp.compiler.planner import compile_experiment
-from checkpoint_files import bert_variables, write_index
-from test_errors import errors_of
+from tests.support.checkpoint_files import bert_variables, write_index
+from tests.support.cli import errors_of
 
 TRAIN = "label\tsentence\npos\tgood\nneg\tbad\n"
 

@@ -7,12 +7,12 @@ import os
 
 import pytest
 
-from checkpoint_files import bert_variables, write_index
-from glue_files import DIRECTORIES, write_glue_dir
+from tests.support.checkpoint_files import bert_variables, write_index
+from tests.support.glue_files import DIRECTORIES, write_glue_dir
 from runexp.compiler.glue_tasks import GLUE_TASKS
 from runexp.compiler.planner import compile_experiment
 from runexp.compiler.formats.classification_files import load_examples
-from test_errors import errors_of
+from tests.support.cli import errors_of
 
 # Where google-research/bert's processors (and Hugging Face's port) read each task's
 # texts and label, with csv.reader(delimiter="\t", quotechar=None), skipping the header.

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from huggingface_dirs import VOCAB, save_bert_dir
+from tests.support.huggingface_dirs import VOCAB, save_bert_dir
 from runexp.compiler.formats.huggingface_dir import HuggingFaceDirError, read_huggingface_dir
 
 

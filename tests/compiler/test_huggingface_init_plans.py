@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from huggingface_dirs import save_bert_dir
+from tests.support.huggingface_dirs import save_bert_dir
 from runexp.compiler.planner import compile_experiment
+from tests.support.cli import run_cli
 
 # models/bert_tiny.gin's encoder.
 TINY = dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
@@ -38,11 +39,6 @@ def _experiment(tmp_path, init, extra=""):
     gin = tmp_path / "e.gin"
     gin.write_text(PRETRAIN.format(root=tmp_path, init=init) + extra)
     return str(gin)
-
-
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", *args],
-                          capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +87,8 @@ def test_the_dry_run_imports_neither_tensorflow_nor_torch(cased_dir, tmp_path):
 
 
 def test_an_explicit_casing_that_disagrees_is_an_error(cased_dir, tmp_path):
-    run = _cli(f"--gin_file={_experiment(tmp_path, cased_dir, 'DO_LOWER_CASE = True')}",
-               "--dry_run")
+    run = run_cli("--dry_run",
+                  gin_file=_experiment(tmp_path, cased_dir, "DO_LOWER_CASE = True"))
     assert run.returncode == 1, run.stdout + run.stderr
     assert (f"DO_LOWER_CASE is True but the tokenizer of init_checkpoint {cased_dir} keeps "
             "case") in run.stderr
@@ -101,7 +97,7 @@ def test_an_explicit_casing_that_disagrees_is_an_error(cased_dir, tmp_path):
 
 def test_a_model_of_another_size_is_an_error(tmp_path):
     small = save_bert_dir(tmp_path, vocab=TOKENS, name="small")  # hidden 32, not tiny's 128
-    run = _cli(f"--gin_file={_experiment(tmp_path, small)}", "--dry_run")
+    run = run_cli("--dry_run", gin_file=_experiment(tmp_path, small))
     assert run.returncode == 1, run.stdout + run.stderr
     assert "the init checkpoint does not fit the model (hidden_size: checkpoint 32, model 128" \
         in run.stderr
@@ -115,7 +111,7 @@ def test_a_model_of_another_size_is_an_error(tmp_path):
 ])
 def test_a_directory_runexp_cannot_read_is_one_error(tmp_path, kind, message, hint):
     bad = save_bert_dir(tmp_path, kind=kind, vocab=TOKENS, **TINY)
-    run = _cli(f"--gin_file={_experiment(tmp_path, bad)}", "--dry_run")
+    run = run_cli("--dry_run", gin_file=_experiment(tmp_path, bad))
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"init_checkpoint: {bad}/" in run.stderr and message in run.stderr
     assert hint in run.stderr and "Traceback" not in run.stderr
@@ -124,7 +120,7 @@ def test_a_directory_runexp_cannot_read_is_one_error(tmp_path, kind, message, hi
 
 def test_a_vocabulary_larger_than_the_embedding_table_is_an_error(tmp_path):
     bad = save_bert_dir(tmp_path, vocab=TOKENS, vocab_size=len(TOKENS) - 3, **TINY)
-    run = _cli(f"--gin_file={_experiment(tmp_path, bad)}", "--dry_run")
+    run = run_cli("--dry_run", gin_file=_experiment(tmp_path, bad))
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"the vocabulary has {len(TOKENS)} tokens but config.json's vocab_size is " \
            f"{len(TOKENS) - 3}" in run.stderr
@@ -132,7 +128,7 @@ def test_a_vocabulary_larger_than_the_embedding_table_is_an_error(tmp_path):
 
 def test_a_directory_without_config_json_is_an_error(tmp_path):
     (tmp_path / "empty").mkdir()
-    run = _cli(f"--gin_file={_experiment(tmp_path, str(tmp_path / 'empty'))}", "--dry_run")
+    run = run_cli("--dry_run", gin_file=_experiment(tmp_path, str(tmp_path / 'empty')))
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"init_checkpoint {tmp_path / 'empty'} is a directory without config.json" \
         in run.stderr
@@ -159,7 +155,7 @@ def test_a_directory_that_computes_otherwise_is_an_error_before_anything_runs(tm
     """Another layer-norm epsilon loads without error in any converter and gives other
     numbers: the dry run refuses it, naming the setting."""
     other = save_bert_dir(tmp_path, vocab=TOKENS, name="eps", **{**TINY, "layer_norm_eps": 1e-7})
-    run = _cli(f"--gin_file={_experiment(tmp_path, other)}", "--dry_run")
+    run = run_cli("--dry_run", gin_file=_experiment(tmp_path, other))
     assert run.returncode == 1, run.stdout + run.stderr
     assert (f"init_checkpoint {other} computes something runexp's BERT does not: "
             "layer_norm_eps is 1e-07; runexp's LayerNorm uses 1e-12") in run.stderr

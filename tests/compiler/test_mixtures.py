@@ -2,8 +2,8 @@
 
 import pytest
 
-from runexp.compiler.errors import UserError
 from runexp.compiler.planner import compile_experiment
+from tests.support.cli import errors_of
 
 
 @pytest.fixture
@@ -20,12 +20,6 @@ mix/bert_pretraining_mixture.rates = {{'wiki': 0.7, 'books': 0.3}}
 PRETRAIN_TASK = 'mix'
 """)
     return path
-
-
-def errors_of(path, params=()):
-    with pytest.raises(UserError) as info:
-        compile_experiment([path], list(params))
-    return info.value.render()
 
 
 def fingerprints(path, params=()):

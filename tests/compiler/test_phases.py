@@ -282,7 +282,7 @@ def test_a_saved_phased_plan_round_trips_and_runs_as_is(write, minimal, capsys):
 def test_phases_without_pretraining_are_warned_about(write):
     vocab = write("vocab.txt", "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\ngood\nbad\n")
     tsv = write("t.tsv", "label\tsentence\npos\tgood\nneg\tbad\n")
-    from checkpoint_files import bert_variables, write_index
+    from tests.support.checkpoint_files import bert_variables, write_index
 
     release = f"{write.dir}/uncased_L-2_H-128_A-2"
     import os

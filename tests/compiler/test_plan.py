@@ -99,6 +99,14 @@ def test_plan_shows_the_wall_time_budget_margin_and_expected_last_step(minimal):
     text = render_plan(plan, plan_states(plan))
     assert "wall-time budget: 0.5 h, of which 0.5 min kept free (auto, for the budget" in text
     assert "expected last step of a fresh run: " in text and "(a later run continues)" in text
+    # The later sessions, each after a restart (compiler/wall_time.py).
+    import re
+
+    sessions = re.search(r"sessions of 0.5 h to the end: (\d+) \((\d+) restarts?, ([\d.]+) min "
+                         r"each: save at the stop \d+ s, start-up \d+ s, compile \d+ s, "
+                         r"restore \d+ s, data position \d+ s\)", text)
+    assert sessions, text
+    assert int(sessions.group(1)) == int(sessions.group(2)) + 1 > 2
     plan = compile_experiment([minimal], ["experiment.wall_time_hours=0.5",
                                           "experiment.wall_time_margin_minutes=5"]).plan
     text = render_plan(plan, plan_states(plan))

@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from checkpoint_files import bert_variables, write_index
+from tests.support.checkpoint_files import bert_variables, write_index
 
 from runexp.compiler.kinds import KINDS
 from runexp.compiler.planner import compile_experiment
@@ -78,7 +78,7 @@ sts/classification_task.text_fields = ['sentence1', 'sentence2']
 sts/classification_task.label_field = 'score'
 """)
     # A downstream suite of GLUE tasks: one finetune stage each, then the suite stage.
-    from glue_files import write_glue_dir
+    from tests.support.glue_files import write_glue_dir
 
     suite = d / "suite.gin"
     suite.write_text(finetune_only.read_text().replace("out2", "out4") + f"""

@@ -47,3 +47,38 @@ def test_expected_last_step():
     assert wall_time.expected_last_step(100, 100, 1.0, 100, 10.0) == 0
     with pytest.raises(ValueError, match="step_seconds"):
         wall_time.expected_last_step(100, 10, 0.0, 100, 10.0)
+
+
+def test_a_restart_costs_the_stop_save_start_up_compile_restore_and_data_position():
+    base = 110_000_000
+    cost = wall_time.restart_cost(base, "tpu")
+    save = wall_time.assumed_save_seconds(base)
+    assert cost.stop_save_s == save and cost.restore_s == pytest.approx(save)
+    assert cost.compile_s == wall_time.COMPILE_S["tpu"] > wall_time.COMPILE_S["cpu"]
+    assert cost.seconds == pytest.approx(2 * save + wall_time.STARTUP_S
+                                         + wall_time.COMPILE_S["tpu"]
+                                         + wall_time.DATA_POSITION_S)
+    assert "start-up" in cost.describe() and "data position" in cost.describe()
+    # The restore grows with the checkpoint, nothing else with the run.
+    assert wall_time.restart_cost(4 * base, "tpu").restore_s > cost.restore_s
+
+
+def test_expected_restarts_include_those_during_restarts():
+    cost = wall_time.restart_cost(110_000_000, "tpu")
+    r = wall_time.expected_restarts(48.0, 1.0, cost)
+    c = cost.seconds / 3600
+    assert r.hours == pytest.approx(48.0 + r.count * c)
+    assert r.count == pytest.approx(r.hours / 24)
+    assert wall_time.expected_restarts(48.0, 0.0, cost).count == 0
+    never = wall_time.expected_restarts(1.0, 2 * 24 * 3600 / cost.seconds, cost)
+    assert never.hours == float("inf")
+    assert wall_time.preemptions_per_day({"type": "tpu", "usd_per_hour_preemptible": 2.4}) == 1
+    assert wall_time.preemptions_per_day({"type": "tpu"}) == 0  # no preemptible offering
+    assert wall_time.preemptions_per_day(None) == 0
+
+
+def test_sessions_of_a_budget():
+    assert wall_time.sessions(1000, 1000, 0) == 1
+    assert wall_time.sessions(1000, 400, 300) == 3
+    assert wall_time.sessions(1000, 400, 200) == 4
+    assert wall_time.sessions(1000, 400, 0) == 0

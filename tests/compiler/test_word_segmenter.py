@@ -5,14 +5,8 @@ import importlib.util
 
 import pytest
 
-from runexp.compiler.errors import UserError
 from runexp.compiler.planner import compile_experiment
-
-
-def errors_of(path, params=()):
-    with pytest.raises(UserError) as info:
-        compile_experiment([path], list(params))
-    return info.value.render()
+from tests.support.cli import errors_of
 
 
 def test_unset_it_is_not_in_the_plan(minimal):

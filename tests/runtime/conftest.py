@@ -1,4 +1,3 @@
-"""Fixtures of the runtime tests (defined in runtime_testlib, which the tests import by that
-unique name: `from conftest import ...` would depend on which conftest pytest loaded first)."""
+"""Fixtures of the runtime tests (defined in tests.support.runtime, with the helpers they use)."""
 
-from runtime_testlib import pretrain_data, pretrained  # noqa: F401 - fixtures
+from tests.support.runtime import pretrain_data, pretrained  # noqa: F401 - fixtures

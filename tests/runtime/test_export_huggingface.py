@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export_testlib import export_ctx, stage, write_pretrain_dir
-from hf_testlib import max_diff, run_consumer, transformers_outputs
-from runtime_testlib import TINY_MODEL, TINY_PRED, TINY_SEQ, write_vocab_dir
+from tests.support.export import export_ctx, stage, write_pretrain_dir
+from tests.support.hf import max_diff, run_consumer, transformers_outputs
+from tests.support.runtime import TINY_MODEL, TINY_PRED, TINY_SEQ, write_vocab_dir
 from runexp.runtime import checkpoints, huggingface_config, huggingface_weights, layers
 from runexp.runtime import pretraining_data
 from runexp.runtime.bert_config import BertConfig

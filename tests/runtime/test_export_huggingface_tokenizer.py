@@ -2,10 +2,12 @@
 runexp trained on.
 
 The consumer runs in its own process, which imports transformers and not runexp; it prints
-the ids of single sentences and of pairs (with [CLS]/[SEP] and token type ids) as JSON.
+the ids of single sentences and of pairs (with [CLS]/[SEP] and token type ids) as JSON. One
+process reads every vocab's directory (starting transformers once, not once a vocab).
 runexp's ids are its own tokenizer's (tasks/tokenizer.py, what preprocessing uses). Text:
 held-out lines (modules the vocabs were not trained on) of the stdlib docstring corpus and of
-the Chinese corpus (tests/chinese_corpus.py), a few hundred each, and hand-written hard cases.
+the Chinese corpus (tests/support/chinese_corpus.py), a few hundred each, and hand-written hard
+cases.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import subprocess
 import sys
 
 import pytest
-from chinese_corpus import chinese_sentences
-from spm_models import corpus_lines, train_albert_style
+from tests.support.chinese_corpus import chinese_sentences
+from tests.support.spm_models import corpus_lines, train_albert_style
 
 from runexp.runtime.export.huggingface_tokenizer import write_tokenizer_files
 from runexp.tasks import vocab_dir
@@ -37,24 +39,29 @@ HARD_LINES = [
     "€5 – £3 (x) \"quoted\" a-b. 中文字符 mixed with 日本語 and 한국어.",
 ]
 
-# The consumer: transformers only (runexp must not be importable here, nor needed).
+# The consumer: transformers only (runexp must not be importable here, nor needed). Its
+# argument: a JSON file {name: [tokenizer directory, lines]}; it prints {name: results}.
 CONSUMER = r"""
 import json, sys
 from transformers import AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
-lines = json.load(open(sys.argv[2], encoding="utf-8"))
-single = tokenizer(lines)
-pairs = tokenizer(lines[:-1], lines[1:])
-print(json.dumps({
-    "single": single["input_ids"], "single_types": single["token_type_ids"],
-    "pairs": pairs["input_ids"], "pair_types": pairs["token_type_ids"],
-    "special": [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id,
-                tokenizer.sep_token_id, tokenizer.mask_token_id],
-    "model_max_length": tokenizer.model_max_length,
-    # A literal [MASK] is the mask token, as users of pipeline("fill-mask") write it.
-    "literal_mask": tokenizer("the [MASK] of it")["input_ids"],
-    "runexp_imported": any(m.startswith("runexp") for m in sys.modules)}))
+out = {}
+for name, (hf_dir, lines) in json.load(open(sys.argv[1], encoding="utf-8")).items():
+    tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    single = tokenizer(lines)
+    pairs = tokenizer(lines[:-1], lines[1:])
+    out[name] = {
+        "single": single["input_ids"], "single_types": single["token_type_ids"],
+        "pairs": pairs["input_ids"], "pair_types": pairs["token_type_ids"],
+        "special": [tokenizer.pad_token_id, tokenizer.unk_token_id, tokenizer.cls_token_id,
+                    tokenizer.sep_token_id, tokenizer.mask_token_id],
+        "model_max_length": tokenizer.model_max_length,
+        # A literal [MASK] is the mask token, as users of pipeline("fill-mask") write it.
+        "literal_mask": tokenizer("the [MASK] of it")["input_ids"],
+        "runexp_imported": any(m.startswith("runexp") for m in sys.modules)}
+print(json.dumps(out))
 """
+NAMES = ["wordpiece_uncased", "wordpiece_cased", "wordpiece_chinese", "sentencepiece_unigram",
+         "sentencepiece_bpe_cased", "sentencepiece_albert"]
 
 
 def _english(step_offset: int) -> list[str]:
@@ -103,30 +110,36 @@ def vocabs(texts, tmp_path_factory):
     }
 
 
-def _consume(hf_dir: str, lines: list, tmp_path) -> dict:
-    path = tmp_path / "lines.json"
-    path.write_text(json.dumps(lines), encoding="utf-8")
+@pytest.fixture(scope="module")
+def consumed(vocabs, tmp_path_factory):
+    """{name: (the files write_tokenizer_files wrote, their directory, what the consumer
+    read there)}, every vocab's directory read by one consumer process."""
+    root = tmp_path_factory.mktemp("hf_tokenizers")
+    written, jobs = {}, {}
+    for name in NAMES:
+        vocab, lines = vocabs[name]
+        hf_dir = str(root / name)
+        written[name] = write_tokenizer_files(vocab, hf_dir, max_seq_length=96), hf_dir
+        jobs[name] = [hf_dir, lines]
+    (root / "jobs.json").write_text(json.dumps(jobs), encoding="utf-8")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, "-c", CONSUMER, hf_dir, str(path)],
+    proc = subprocess.run([sys.executable, "-c", CONSUMER, str(root / "jobs.json")],
                           capture_output=True, text=True, timeout=600, env=env,
-                          cwd=str(tmp_path))
+                          cwd=str(root))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {name: (*written[name], got[name]) for name in NAMES}
 
 
-@pytest.mark.parametrize("name", ["wordpiece_uncased", "wordpiece_cased", "wordpiece_chinese",
-                                  "sentencepiece_unigram", "sentencepiece_bpe_cased",
-                                  "sentencepiece_albert"])
-def test_auto_tokenizer_gives_runexps_ids(name, vocabs, tmp_path):
+@pytest.mark.parametrize("name", NAMES)
+def test_auto_tokenizer_gives_runexps_ids(name, vocabs, consumed):
     vocab, lines = vocabs[name]
-    hf_dir = str(tmp_path / "hf")
-    names = write_tokenizer_files(vocab, hf_dir, max_seq_length=96)
+    names, hf_dir, got = consumed[name]
     assert sorted(names) == sorted(os.listdir(hf_dir))
     assert {"tokenizer.json", "tokenizer_config.json"} <= set(names)
     assert ("vocab.txt" in names) == name.startswith("wordpiece")
 
     ours = load_tokenizer(vocab)
-    got = _consume(hf_dir, lines, tmp_path)
     assert not got["runexp_imported"]
     assert got["special"] == [ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id]
     assert got["model_max_length"] == 96

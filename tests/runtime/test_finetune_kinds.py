@@ -12,7 +12,7 @@ import pytest
 from scipy import stats
 from sklearn import metrics as sk
 
-from runtime_testlib import TINY_MODEL, make_ctx, write_vocab_dir
+from tests.support.runtime import TINY_MODEL, make_ctx, write_vocab_dir
 from runexp.runtime.stages import finetune
 
 POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
@@ -93,8 +93,8 @@ def _check_regression_export(tmp_path, pretrained, rows):
     output (in a process of its own that never imports runexp)."""
     import tensorflow as tf
 
-    from export_testlib import export_ctx, stage
-    from hf_testlib import max_diff, transformers_outputs
+    from tests.support.export import export_ctx, stage
+    from tests.support.hf import max_diff, transformers_outputs
     from runexp.runtime.stages import export
 
     tuned = stage("finetune", {"model": dict(TINY_MODEL), "max_seq_length": 16,

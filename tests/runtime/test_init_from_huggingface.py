@@ -15,9 +15,9 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from export_testlib import export_ctx, stage
-from hf_testlib import max_diff, run_consumer, transformers_outputs
-from runtime_testlib import TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, pretrain_params
+from tests.support.export import export_ctx, stage
+from tests.support.hf import max_diff, run_consumer, transformers_outputs
+from tests.support.runtime import TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, pretrain_params
 from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints, pretraining_data
 from runexp.runtime.bert_config import BertConfig
@@ -292,7 +292,7 @@ def test_older_savers_names_load_the_same(hf_dirs, tmp_path):
 
 def test_the_finetune_stage_starts_from_an_encoder_directory(hf_dirs, tmp_path):
     from runexp.runtime.stages import finetune
-    from runtime_testlib import write_vocab_dir
+    from tests.support.runtime import write_vocab_dir
 
     _, encoder_only = hf_dirs
     vocab_dir = write_vocab_dir(str(tmp_path / "vocab"), MODEL["vocab_size"])

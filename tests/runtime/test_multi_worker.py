@@ -19,10 +19,12 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from runtime_testlib import TINY_MODEL, pretrain_params
+from tests.support import child_env
+from tests.support.runtime import TINY_MODEL, pretrain_params
 from runexp.runtime import checkpoints
 
-CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")
+# train_child.py, in its own process: a module of this package, found through child_env().
+CHILD = [sys.executable, "-m", "tests.runtime.train_child"]
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                   num_hidden_layers=1)
 
@@ -47,8 +49,8 @@ def _spec(tmp_path, name, work_dir, inputs, steps):
 
 
 def _run(spec, env=None):
-    return subprocess.Popen([sys.executable, CHILD, spec], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([*CHILD, spec], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or child_env())
 
 
 def _finish(proc, timeout=300):
@@ -77,9 +79,8 @@ def test_two_workers_continue_a_checkpoint_as_one_model(pretrain_data, tmp_path)
     workers = []
     other_dir = tmp_path / "worker1_private"
     for index, work_dir in enumerate((chief_dir, other_dir)):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
-                                                     "task": {"type": "worker",
-                                                              "index": index}}))
+        env = child_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                              "task": {"type": "worker", "index": index}}))
         workers.append(_run(_spec(tmp_path, f"w{index}", work_dir, inputs, steps=4), env))
     chief_out = _finish(workers[0])
     _finish(workers[1])
@@ -106,12 +107,7 @@ def test_two_workers_continue_a_checkpoint_as_one_model(pretrain_data, tmp_path)
 def test_a_worker_joins_the_chiefs_run_and_writes_nothing(tmp_path):
     """Both processes run the same plan through the executor: the chief builds the stage and
     writes every output; the worker waits, joins the training, and leaves the root alone."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(__file__), "..", "storage", "checkpoint_run.py")
-    spec_ = importlib.util.spec_from_file_location("runexp_tests_checkpoint_run", path)
-    checkpoint_run = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(checkpoint_run)
+    from tests.support import checkpoint_run
 
     data_dir, root = str(tmp_path / "data"), str(tmp_path / "out")
     checkpoint_run.write_tiny_data(data_dir)
@@ -121,9 +117,10 @@ def test_a_worker_joins_the_chiefs_run_and_writes_nothing(tmp_path):
     cluster = {"worker": [f"127.0.0.1:{p}" for p in _free_ports(2)]}
     procs = []
     for index in (0, 1):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
-                                                     "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen([sys.executable, path, str(spec)], stdout=subprocess.PIPE,
+        env = child_env(TF_CONFIG=json.dumps({"cluster": cluster,
+                                              "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen([sys.executable, "-m", checkpoint_run.__name__, str(spec)],
+                                      stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, env=env))
     chief_out, worker_out = _finish(procs[0]), _finish(procs[1])
     assert "2 replica(s)" in chief_out

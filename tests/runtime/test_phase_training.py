@@ -8,7 +8,7 @@ import os
 import numpy as np
 import pytest
 
-from runtime_testlib import (make_ctx, pretrain_params, write_pretraining_records,
+from tests.support.runtime import (make_ctx, pretrain_params, write_pretraining_records,
                              write_vocab_dir)
 
 tf = pytest.importorskip("tensorflow")

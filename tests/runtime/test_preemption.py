@@ -31,10 +31,12 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from runtime_testlib import pretrain_params
+from tests.support import child_env
+from tests.support.runtime import pretrain_params
 from runexp.runtime import checkpoints
 
-CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")
+# train_child.py, in its own process: a module of this package, found through child_env().
+CHILD = [sys.executable, "-m", "tests.runtime.train_child"]
 
 
 def _spec(tmp_path, name: str, work_dir: str, batch_log: str, inputs: dict,
@@ -55,8 +57,8 @@ class _Process:
     def __init__(self, spec: str, out: str):
         self.out = out
         self.stdout = open(out, "w")
-        self.proc = subprocess.Popen([sys.executable, CHILD, spec], stdout=self.stdout,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen([*CHILD, spec], stdout=self.stdout,
+                                     stderr=subprocess.STDOUT, env=child_env())
 
     def wait(self, timeout=600) -> int:  # only ends a hang, as _until's
         try:

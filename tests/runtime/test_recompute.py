@@ -168,7 +168,7 @@ def test_pretrain_stage_recomputes_and_resumes_either_way(pretrain_data, tmp_pat
     import json
     import os
 
-    from runtime_testlib import make_ctx, pretrain_params
+    from tests.support.runtime import make_ctx, pretrain_params
     from runexp.runtime.stages import pretrain
 
     data_dir, vocab_dir = pretrain_data

@@ -51,3 +51,14 @@ def test_other_exit_codes_are_not_relaunched(tmp_path, final):
 def test_backoff_doubles_and_is_capped():
     assert [backoff_seconds(5, n) for n in (1, 2, 3)] == [5, 10, 20]
     assert backoff_seconds(100, 10) == 600
+
+
+def test_the_backoff_starts_again_after_an_attempt_that_ran_long(tmp_path, monkeypatch):
+    from runexp.runtime import relaunch
+
+    # Every attempt counts as long: a days-long run's twentieth preemption waits as long as
+    # its first.
+    monkeypatch.setattr(relaunch, "BACKOFF_RESET_S", 0.0)
+    code, launches, lines = _run(tmp_path, preemptions=4, final=0, max_attempts=10)
+    assert (code, launches) == (0, 5)
+    assert all("relaunching in 0.01 s" in line for line in lines), lines

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from runtime_testlib import TINY_MODEL, pretrain_params
+from tests.support import child_env
+from tests.support.runtime import TINY_MODEL, pretrain_params
 from runexp.runtime import checkpoints
 
-CHILD = os.path.join(os.path.dirname(__file__), "train_child.py")
+# train_child.py, in its own process: a module of this package, found through child_env().
+CHILD = [sys.executable, "-m", "tests.runtime.train_child"]
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                   num_hidden_layers=1)
 
@@ -52,8 +54,8 @@ def test_eight_replicas_match_one_replica_at_the_same_global_batch(pretrain_data
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"runs": runs, "split_cpu": 8,
                                 "out": str(tmp_path / "out.json")}))
-    proc = subprocess.run([sys.executable, CHILD, str(spec)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([*CHILD, str(spec)], capture_output=True, text=True, timeout=300,
+                          env=child_env())
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "8 replica(s)" in proc.stdout
 

@@ -21,6 +21,7 @@ import sys
 import pytest
 
 from runexp.runtime.report import curves, report
+from tests.support.cli import run_cli
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -55,18 +56,16 @@ def lines_by_label(ax) -> dict:
 # --- a real pretrain stage (the pretrained fixture trains 120 steps, evaluates at 60, 120) ---
 
 def test_pretrain_stage_draws_its_curves_from_its_logs(pretrained):
-    from runexp.runtime import train_log
+    from runexp.runtime import log_reader
 
     work_dir, summary = pretrained
-    # The names this TensorFlow-free module repeats are the ones the training loop writes.
-    assert (curves.TRAIN_LOG, curves.EVAL_LOG) == (train_log.TRAIN_LOG, train_log.EVAL_LOG)
 
     with open(os.path.join(work_dir, curves.CURVES_FILE), "rb") as f:
         check_png(f.read(), min_width=1400, min_height=800)
 
-    train = [r for r in train_log.read_jsonl(os.path.join(work_dir, "train_log.jsonl"))
-             if "event" not in r]
-    evals = train_log.read_jsonl(os.path.join(work_dir, "eval_log.jsonl"))
+    train = [r for r in log_reader.forward(log_reader.source(
+        os.path.join(work_dir, "train_log.jsonl"))) if "event" not in r]
+    evals = list(log_reader.forward(log_reader.source(os.path.join(work_dir, "eval_log.jsonl"))))
     assert [r["step"] for r in train] == [30, 60, 90, 120]
     assert [r["step"] for r in evals] == [60, 120]
     logs = curves.read_logs(work_dir)
@@ -276,11 +275,6 @@ def test_drawing_never_fails_a_stage(tmp_path, monkeypatch):
     assert messages == []
 
 
-def _runexp(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", *args],
-                          capture_output=True, text=True, timeout=300, env=env)
-
-
 def test_report_command_writes_html_without_tensorflow(experiment, tmp_path):
     root, _ = experiment
     out = str(tmp_path / "elsewhere" / "r.html")
@@ -294,17 +288,17 @@ def test_report_command_writes_html_without_tensorflow(experiment, tmp_path):
     assert f"report written: {out}" in proc.stdout
     with open(out) as f:
         assert "runexp report: quickstart" in f.read()
-    proc = _runexp("report", root)  # the default place
+    proc = run_cli("report", root)  # the default place
     assert proc.returncode == 0, proc.stderr
     assert os.path.isfile(os.path.join(root, "report.html"))
 
 
 def test_report_of_a_root_without_a_plan_is_a_user_error(tmp_path):
-    proc = _runexp("report", str(tmp_path))
+    proc = run_cli("report", str(tmp_path))
     assert proc.returncode == 1
     assert f"error: {tmp_path} holds no runexp experiment (no plan.json)" in proc.stderr
     assert "hint: " in proc.stderr and "Traceback" not in proc.stderr
-    proc = _runexp("report")
+    proc = run_cli("report")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert not os.path.exists(os.path.join(tmp_path, "report.html"))
 
@@ -331,7 +325,7 @@ def test_report_of_a_gcs_root(experiment, gcs_prefix):
         _write(os.path.join(export.output_dir, name), "x" * size)
     _finish(export, 0.5, {"step": TRAIN_STEPS})
     storage.upload_dir(root, gcs_prefix)
-    proc = _runexp("report", gcs_prefix, env=dict(os.environ))
+    proc = run_cli("report", gcs_prefix, env=dict(os.environ))
     assert proc.returncode == 0, proc.stderr
     assert f"report written: {gcs_prefix}/report.html" in proc.stdout
     html_text = storage.read_text(f"{gcs_prefix}/report.html")
@@ -346,7 +340,7 @@ def test_a_stopped_pretrain_stage_draws_its_curves_and_syncs_them(pretrain_data,
                                                                   monkeypatch):
     """At a preemption or the wall-time stop the curves so far are drawn and made durable
     (ctx.sync: the executor syncs only stages that finish), then the stop goes on."""
-    from runtime_testlib import make_ctx, pretrain_params
+    from tests.support.runtime import make_ctx, pretrain_params
 
     from runexp.runtime.preemption import DeadlineReached
     from runexp.runtime.stages import pretrain

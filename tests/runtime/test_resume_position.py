@@ -15,7 +15,7 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from runtime_testlib import TINY_MODEL, make_ctx, pretrain_params, write_pretraining_records
+from tests.support.runtime import TINY_MODEL, make_ctx, pretrain_params, write_pretraining_records
 from runexp.runtime import pretraining_data
 from runexp.runtime.data_order import ExampleOrder
 from runexp.runtime.mixture_schedule import MixtureSchedule
@@ -34,7 +34,7 @@ def _static(tmp_path, name, examples=50, seq=32, preds=5, seed=1):
 
 
 def _stage(root, name, vocab_dir, **params):
-    from test_stage_preprocess import run_stage
+    from tests.runtime.test_stage_preprocess import run_stage
 
     out, _ = run_stage(root, name, vocab_dir, num_workers=1, **params)
     return str(out)
@@ -44,7 +44,7 @@ def _stage(root, name, vocab_dir, **params):
 def dynamic_dirs(tmp_path_factory):
     """Preprocess stage dirs masked at training time: whole words, single tokens, and a
     second phase's 64-token sequences."""
-    from test_stage_preprocess import make_inputs
+    from tests.runtime.test_stage_preprocess import make_inputs
 
     root = tmp_path_factory.mktemp("resume_dynamic")
     vocab_dir = make_inputs(root)
@@ -239,3 +239,27 @@ def test_version_one_is_seqios_stream_replayed(pretrain_data):
     assert new[0]["input_ids"].tobytes() != _batches(make(0), 1)[0]["input_ids"].tobytes()
     with pytest.raises(ValueError, match="stream version 3"):
         pretraining_data.pretraining_dataset(data_dir, "train", BATCH, 32, 5, stream=3)
+
+
+def test_two_hosts_with_dynamic_masks_resume_exactly_across_epochs(dynamic_dirs):
+    d = dynamic_dirs["whole_words"]
+    with open(os.path.join(task_cache_of(d)[1], "stats.train.json")) as f:
+        n = json.load(f)["examples"]
+    per_epoch = -(-(n // 2) // BATCH)  # a host's share, in batches
+    firsts = []
+    for host in range(2):
+        info = seqio.ShardInfo(host, 2)
+        make = lambda skip, info=info: pretraining_data.pretraining_dataset(  # noqa: E731
+            d, "train", BATCH, 32, 5, seed=3, skip_batches=skip, shard_info=info)
+        whole = _assert_resumes_exactly(make, 2 * per_epoch + 1,
+                                        [1, per_epoch, per_epoch + 1, 2 * per_epoch])
+        firsts.append(whole[0]["input_ids"].tobytes())
+    assert firsts[0] != firsts[1]  # each host reads its own share
+
+
+def test_a_static_second_phase_resumes_exactly_across_epochs(tmp_path):
+    d = _static(tmp_path, "phase2_static", examples=30, seq=64, preds=10)
+    make = lambda skip: pretraining_data.pretraining_dataset(  # noqa: E731
+        d, "train", BATCH, 64, 10, seed=3, skip_batches=skip)
+    whole = _assert_resumes_exactly(make, 10, [1, 3, 4, 8])  # an epoch every 3.75 batches
+    assert whole[0]["input_ids"].shape == (BATCH, 64)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from export_testlib import export_ctx, google_bert_modeling, stage, write_pretrain_dir
-from runtime_testlib import TINY_MODEL, write_vocab_dir
+from tests.support.export import export_ctx, google_bert_modeling, stage, write_pretrain_dir
+from tests.support.runtime import TINY_MODEL, write_vocab_dir
 from runexp.runtime.model import BertConfig
 from runexp.runtime.stages import export
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from runtime_testlib import TINY_MODEL, make_ctx, write_vocab_dir
+from tests.support.runtime import TINY_MODEL, make_ctx, write_vocab_dir
 from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer

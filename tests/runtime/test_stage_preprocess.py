@@ -11,7 +11,7 @@ from runexp.compiler.plan import Plan, Stage
 from runexp.runtime.context import StageContext
 from runexp.runtime.stages import preprocess
 from runexp.tasks import vocab_dir as vocab_files
-from runexp.tasks.text_files import sample_lines
+from runexp.tasks.text_documents import sample_lines
 from runexp.tasks.tokenizer import load_tokenizer
 
 tf = pytest.importorskip("tensorflow")

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from runtime_testlib import make_ctx, pretrain_params
+from tests.support.runtime import make_ctx, pretrain_params
 from runexp.compiler.errors import UserError
 from runexp.runtime import checkpoints, pretraining_data
 from runexp.runtime.stages import evaluate, pretrain
@@ -149,7 +149,7 @@ def test_init_checkpoint_in_google_layout(pretrained, pretrain_data, tmp_path):
 def dynamic_data(tmp_path_factory):
     """(data_dir, vocab_dir): real text preprocessed with dynamic_masking (train unmasked,
     validation statically masked), TINY_SEQ tokens, TINY_PRED predictions, whole words."""
-    from test_stage_preprocess import make_inputs, run_stage
+    from tests.runtime.test_stage_preprocess import make_inputs, run_stage
 
     root = tmp_path_factory.mktemp("dynamic")
     vocab_dir = make_inputs(root)
@@ -229,7 +229,7 @@ def _member_of(rows: np.ndarray, members: list[set]) -> list[int]:
 
 
 def test_mixture_samples_members_by_rate_deterministically(tmp_path):
-    from runtime_testlib import TINY_MODEL, write_pretraining_records
+    from tests.support.runtime import TINY_MODEL, write_pretraining_records
 
     dirs, members = [], []
     for i, seed in enumerate((11, 12)):
@@ -258,7 +258,7 @@ def test_mixture_samples_members_by_rate_deterministically(tmp_path):
 
 
 def test_pretrain_and_evaluate_a_mixture(pretrain_data, tmp_path):
-    from runtime_testlib import TINY_MODEL, write_pretraining_records
+    from tests.support.runtime import TINY_MODEL, write_pretraining_records
 
     data_dir, vocab_dir = pretrain_data
     other = str(tmp_path / "other")

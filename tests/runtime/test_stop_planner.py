@@ -184,7 +184,7 @@ def test_the_executor_hands_the_plans_margin_to_training_stages(tmp_path):
     from runexp.compiler.model_sizes import parameter_count
     from runexp.compiler.plan import Plan, Stage
     from runexp.runtime import executor
-    from runtime_testlib import TINY_MODEL
+    from tests.support.runtime import TINY_MODEL
 
     stage = Stage(id="pretrain", kind="pretrain", params={"model": dict(TINY_MODEL)},
                   inputs={}, output_dir=str(tmp_path / "pretrain"))

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from runtime_testlib import make_ctx
+from tests.support.runtime import make_ctx
 from runexp.runtime.glue_score import glue_average, task_score
 from runexp.runtime.stages import suite
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from runtime_testlib import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
+from tests.support.runtime import (TINY_MODEL, TINY_PRED, TINY_SEQ, make_ctx, make_instance,
                       pretrain_params)
 from runexp.compiler import wall_time
 from runexp.runtime import checkpoints, trainer as trainer_module
@@ -276,26 +276,22 @@ def test_a_first_call_that_overran_never_checkpoints_after_the_deadline(
         assert record["deadline_seconds_left"] is None
 
 
-def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path):
-    """Every checkpoint's sync (a gs:// upload) takes 0.2 s longer than the one before, and
+def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path, monkeypatch):
+    """Every checkpoint's sync (a gs:// upload) takes 1 s longer than the one before, and
     after each checkpoint steps take 1.5 times as long: the final checkpoint is slower than
     any measured, the last calls slower than any before them. It must still be complete
-    before the deadline."""
-    slow = {"step": 0.0, "save": 0.0}
-
-    class SlowPretrainer(BertPretrainer):
-        def loss_stats(self, features, training=False):
-            if training:  # inside the compiled step: a slower machine
-                tf.py_function(lambda: time.sleep(slow["step"]) or 0, [], [tf.int32])
-            return super().loss_stats(features, training)
-
+    before the deadline. The time is a fake clock the trainer and its stop planner read (the
+    calls and syncs advance it by the model above), so what is asserted is the plan, not how
+    fast this machine happens to be."""
+    clock = FakeClock()
+    slow = {"step": 0.0, "save": 0.0}  # fake seconds a step and a sync take
     synced, messages = [], []  # (the latest checkpoint, when its sync ended); progress
 
     def slow_sync():
-        time.sleep(slow["save"])
-        synced.append((trainer.manager.latest_checkpoint, time.time()))
+        clock.advance(slow["save"])
+        synced.append((trainer.manager.latest_checkpoint, clock()))
         if slow["save"]:
-            slow["save"] += 0.2
+            slow["save"] += 1.0
             slow["step"] *= 1.5
 
     tf.random.set_seed(0)
@@ -304,20 +300,32 @@ def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path):
                              steps_per_loop=10, log_every=10, checkpoint_every=10,
                              keep_checkpoints=2)
     trainer = Trainer(tf.distribute.get_strategy(),
-                      SlowPretrainer(BertConfig.from_dict(NO_DROPOUT), xla=False),
+                      BertPretrainer(BertConfig.from_dict(NO_DROPOUT), xla=False),
                       optimizer_from_spec(OptimizerSpec(optimizer="adamw", learning_rate=1e-3),
                                           100, 32),
                       str(tmp_path / "pt"), config, pretraining_metrics,
                       progress=messages.append, on_checkpoint=slow_sync)
     data = lambda skip: tf.data.Dataset.from_tensors(batch).repeat()  # noqa: E731
-    # Tracing, 20 steps and 2 checkpoints at full speed: the budget below grows with what
-    # this took, so a slower machine gets a proportionally longer one.
-    t0 = time.monotonic()
-    trainer.train(data)
-    warm = time.monotonic() - t0
-    slow.update(step=0.01, save=0.2)
+    trainer.train(data)  # traced, 20 steps and 2 checkpoints, before any deadline
+
+    loop = trainer._loop_fn
+
+    def timed_loop(iterator, num_steps):
+        out = loop(iterator, num_steps)
+        clock.advance(slow["step"] * int(out[2]))
+        return out
+
+    trainer._loop_fn = timed_loop
+    # The trainer times calls and saves with time.perf_counter and sizes the margin with
+    # time.time; its planner reads ``clock``: all the fake clock.
+    monkeypatch.setattr(trainer_module, "time", type("FakeTime", (), {
+        "perf_counter": staticmethod(clock), "time": staticmethod(clock),
+        "monotonic": staticmethod(clock)}))
+    monkeypatch.setattr(trainer_module, "StopPlanner",
+                        lambda *args, **kw: StopPlanner(*args, clock=clock, **kw))
+    slow.update(step=0.2, save=2.0)
     synced.clear()
-    deadline = time.time() + 6.0 + 2 * warm
+    deadline = clock() + 120.0
     # The same trainer continues (its loop traced already) with a deadline.
     trainer.config = dataclasses.replace(config, train_steps=100_000, deadline=deadline)
     with pytest.raises(DeadlineReached) as info:

@@ -1,6 +1,6 @@
 """A training process for tests that kill, signal or split the CPU: runs stage handlers.
 
-    python train_child.py SPEC.json
+    python -m tests.runtime.train_child SPEC.json   (the repository root on PYTHONPATH)
 
 SPEC (JSON):
   runs: [{"kind": "pretrain", "params": {...}, "inputs": {...}, "work_dir": "..."}, ...],
@@ -26,9 +26,6 @@ import os
 import sys
 import threading
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
 
 # A held step goes on by itself after this long: a child a test forgot does not hang forever.
 HOLD_LIMIT_S = 600.0
@@ -91,7 +88,7 @@ def main(spec_path: str) -> int:
 
     import importlib
 
-    from runtime_testlib import make_ctx
+    from tests.support.runtime import make_ctx
     from runexp.runtime.preemption import Preempted
 
     summaries = []

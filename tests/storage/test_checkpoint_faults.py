@@ -38,12 +38,10 @@ import time
 
 import pytest
 
-import checkpoint_run
-import deadline_budget
 from runexp.compiler.exit_codes import EXIT_OK, EXIT_STAGE_FAILED
 from runexp.runtime import storage
+from tests.support import checkpoint_run, child_env, deadline_budget
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoint_run.py")
 _CHECKPOINT_FILE = re.compile(r"^(ckpt-(\d+))\.(index|data-(\d{5})-of-(\d{5}))$")
 
 
@@ -85,14 +83,14 @@ class Experiment:
         spec.write_text(json.dumps({"root": root or self.root, "data_dir": self.data_dir,
                                     "params": params, "retry": self.retry,
                                     "deterministic": deterministic}))
-        env = dict(os.environ)
+        env = child_env()
         if storage_host:
             env["STORAGE_EMULATOR_HOST"] = storage_host
         log = open(self.tmp_path / f"{name}.log", "wb")
         with log:
-            return subprocess.Popen([sys.executable, CHILD, str(spec)], stdout=log,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=env)
+            return subprocess.Popen([sys.executable, "-m", checkpoint_run.__name__, str(spec)],
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=env)
 
     def child_log(self, name: str = "child", tail: int = 3000) -> str:
         return (self.tmp_path / f"{name}.log").read_text(errors="replace")[-tail:]
@@ -390,26 +388,30 @@ def test_slow_uploads_still_commit_the_last_checkpoint_before_the_deadline(exper
 
 
 def test_a_start_up_that_leaves_no_time_stops_without_training(experiment, monkeypatch):
-    """A slow start-up: the resumed run's download of ckpt-2 is held at the proxy until the
-    deadline is 1 s away, whatever the machine's speed. Not even a step and a checkpoint
-    fit: the run says so and stops at once; ckpt-2 stays the committed checkpoint and
-    nothing is committed after the deadline."""
-    from runexp.runtime import executor
+    """A slow start-up: the resumed run downloads ckpt-2 while it starts, and the budget ends
+    1 s after the bucket answers that download (the deadline is set from that moment, not
+    from the launch: however slow this machine is before or after it). Not even a step
+    and a checkpoint fit: the run says so and stops at once; ckpt-2 stays the committed
+    checkpoint and nothing is committed after the deadline."""
+    from runexp.runtime import executor, trainer
 
     assert experiment.run(train_steps=2) == EXIT_OK, experiment.output[-3000:]
-    deadline = time.time() + 10.0
     committed_at = pointer_commits(experiment.proxy)
-    held = []
+    held = []  # when the download of ckpt-2 was answered
 
-    def hold_until_a_second_is_left(method, path):
-        held.append(path)
-        time.sleep(max(deadline - 1.0 - time.time(), 0))
+    def note_the_download(method, path):
+        held.append(time.time())
 
-    experiment.proxy.hook(hold_until_a_second_is_left, match="download",
-                          key=r"/ckpt-2\.data-")
-    monkeypatch.setenv(executor.DEADLINE_ENV, str(deadline))
+    class OneSecondAfterTheDownload(trainer.StopPlanner):
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            self.deadline = held[-1] + 1.0
+
+    experiment.proxy.hook(note_the_download, match="download", key=r"/ckpt-2\.data-")
+    monkeypatch.setattr(trainer, "StopPlanner", OneSecondAfterTheDownload)
+    monkeypatch.setenv(executor.DEADLINE_ENV, str(time.time() + 3600))
     assert experiment.run(train_steps=100_000) == 124, experiment.output[-3000:]
-    assert len(held) == 1  # the start-up met the hold
+    assert len(held) == 1  # the start-up downloaded it
     assert committed_at == []
     assert experiment.committed(strict=True) == [2]
     assert "left when training starts" in experiment.output, experiment.output[-3000:]
@@ -514,8 +516,13 @@ def test_killed_while_a_background_upload_is_held_resumes_exactly(experiment, gc
     # enter its log (the checks of the chain read it).
     reference = experiment.spawn(root=reference_root, name="reference", deterministic=True,
                                  storage_host=gcs_emulator[0])
+    from runexp.runtime import gcs_mirror as mirror
+
     hold = Hold()
     experiment.proxy.hook(hold, match="upload", key=r"/ckpt-4\.data-")
+    # The child's local work directory (it inherits this test's RUNEXP_CACHE_DIR).
+    work = os.path.join(mirror.cache_root(experiment.root), "stages",
+                        checkpoint_run.STAGE_ID + ".work", "checkpoints")
     t0 = time.monotonic()
     child = experiment.spawn(deterministic=True)
     try:
@@ -524,7 +531,10 @@ def test_killed_while_a_background_upload_is_held_resumes_exactly(experiment, gc
         # save, which then waits for the upload in flight.
         until(lambda: "step 6/6" in experiment.child_log(), child, "step 6",
               experiment.child_log)
-        time.sleep(0.5)  # the final save reaches its wait for ckpt-4's upload
+        # The final save is written locally (then waits for ckpt-4's upload): seen on disk,
+        # not guessed from a sleep.
+        until(lambda: os.path.exists(os.path.join(work, "ckpt-6.index")), child,
+              "ckpt-6 saved locally", experiment.child_log)
         assert child.poll() is None, experiment.child_log()
         child.kill()
         child.wait(timeout=30)

@@ -27,13 +27,13 @@ import urllib.request
 
 import pytest
 
-import checkpoint_run  # noqa: F401 - puts tests/runtime on sys.path (runtime_testlib)
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime import storage
 from runexp.runtime.stop_planner import StopPlanner
 from runexp.runtime import gcs_mirror as mirror
 from runexp.runtime.storage import transfer
 from runexp.runtime.storage.background import Background
+from tests.support import runtime as tiny
 
 
 # -- the one-slot worker ------------------------------------------------------------------------
@@ -65,7 +65,7 @@ def test_background_runs_one_job_at_a_time_and_raises_its_error_once():
     assert worker.wait() is None and "never" not in order
 
     worker.submit(lambda: 1 / 0)
-    give_up = time.monotonic() + 5
+    give_up = time.monotonic() + 120  # only ends a hang: a busy machine may be slow to run it
     while worker.in_flight is not None and time.monotonic() < give_up:
         time.sleep(0.01)
     with pytest.raises(ZeroDivisionError):
@@ -115,14 +115,15 @@ def test_directories_move_several_files_at_once(fault_proxy, fast_retries, gcs_p
     # first `threads` uploads are held until all of them are held at once: the pool's
     # overlap is seen at the proxy, not inferred from a clock.
     fault_proxy.latency(0.2)
-    barrier = fault_proxy.gather(threads, match="upload")
+    # (The gathering's timeout only ends a hang: a busy machine may start its threads late.)
+    barrier = fault_proxy.gather(threads, match="upload", timeout=300)
     dest = storage.join(gcs_prefix, "d")
     uploaded = storage.upload_dir(str(tmp_path / "src"), dest)
     assert uploaded == sorted(storage.join(dest, rel) for rel in files)
     assert barrier.met.is_set(), f"only {barrier.most} uploads were in flight together"
     assert fault_proxy.max_in_flight == threads  # never more than the promise
     fault_proxy.reset_in_flight()
-    barrier = fault_proxy.gather(threads, match="download")
+    barrier = fault_proxy.gather(threads, match="download", timeout=300)
     back = storage.download_dir(dest, str(tmp_path / "back"))
     assert barrier.met.is_set(), f"only {barrier.most} downloads were in flight together"
     assert fault_proxy.max_in_flight == threads  # the listing comes before them
@@ -269,9 +270,13 @@ def test_stage_sync_uploads_in_the_background_or_in_sync_mode_at_once(fault_prox
     _checkpoint(work, 2)
     sync = mirror.Mirror(plan).stage_sync(stage, str(work))
     fault_proxy.latency(0.3, match="upload")
+    released = threading.Event()  # its first request is held until the check below
+    fault_proxy.hook(lambda method, path: released.wait(600) and None, match="upload")
     assert sync.start() is True
-    # start() returned while the upload (0.9 s of latency at least) is still going on.
+    # start() returned while the upload is still going on (held at the proxy, so a busy
+    # machine that runs this line late sees it in flight too).
     assert sync.in_flight is not None
+    released.set()
     job = sync.wait()
     assert job.seconds >= 0.3 * 3  # three phases: data and log, index, pointer
     assert storage.read_text(f"{stage.output_dir}/checkpoints/checkpoint") == _pointer(2)
@@ -331,7 +336,6 @@ class FakeSync:
 
 def _trainer(work_dir: str, on_checkpoint, train_steps: int = 6, **loop):
     import tensorflow as tf
-    import runtime_testlib
 
     from runexp.compiler.specs import OptimizerSpec
     from runexp.runtime.model import BertConfig, BertPretrainer
@@ -344,7 +348,7 @@ def _trainer(work_dir: str, on_checkpoint, train_steps: int = 6, **loop):
                                 "steps_per_loop": 2, "log_every": 2, "checkpoint_every": 2,
                                 "keep_checkpoints": 2, "jit_compile": False, **loop})
     return Trainer(tf.distribute.get_strategy(),
-                   BertPretrainer(BertConfig.from_dict(runtime_testlib.TINY_MODEL)),
+                   BertPretrainer(BertConfig.from_dict(tiny.TINY_MODEL)),
                    optimizer_from_spec(OptimizerSpec(optimizer="adamw", learning_rate=1e-3),
                                        100, 8),
                    work_dir, config, pretraining_metrics, progress=lambda _: None,
@@ -354,11 +358,10 @@ def _trainer(work_dir: str, on_checkpoint, train_steps: int = 6, **loop):
 def _data():
     import numpy as np
     import tensorflow as tf
-    import runtime_testlib
 
     rng = np.random.default_rng(0)
-    rows = [runtime_testlib.make_instance(rng, runtime_testlib.TINY_MODEL["vocab_size"],
-                                          runtime_testlib.TINY_SEQ, runtime_testlib.TINY_PRED)
+    rows = [tiny.make_instance(rng, tiny.TINY_MODEL["vocab_size"], tiny.TINY_SEQ,
+                               tiny.TINY_PRED)
             for _ in range(8)]
     batch = {k: np.array([r[k] for r in rows], np.float32 if k == "masked_lm_weights"
                          else np.int32) for k in rows[0]}

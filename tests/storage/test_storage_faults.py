@@ -1,6 +1,6 @@
-"""Transient faults between runexp and GCS: a FaultProxy (fault_proxy.py) in front of the
-loopback emulator injects them; storage must retry what is transient, give up within its
-budget with a clear error, and never take corrupt or partial data for good.
+"""Transient faults between runexp and GCS: a FaultProxy (tests/support/fault_proxy.py) in
+front of the loopback emulator injects them; storage must retry what is transient, give up
+within its budget with a clear error, and never take corrupt or partial data for good.
 
 Each test prints one line "FAULT <scenario>: ..." with the retries made and the seconds lost
 (run with -s to see them); ``fast_retries`` shrinks the backoff to milliseconds.

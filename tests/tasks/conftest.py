@@ -7,7 +7,7 @@ import os
 import pytest
 
 from runexp.tasks import stdlib_corpus, vocab_dir
-from runexp.tasks.text_files import iter_documents, sample_lines
+from runexp.tasks.text_documents import iter_documents, sample_lines
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """A SentencePiece model in ALBERT's layout is adopted: its ``<pad>`` and ``<unk>`` play BERT's
 ``[PAD]`` and ``[UNK]``.
 
-The model is trained with ALBERT's settings on the stdlib corpus (tests/spm_models.py). A
+The model is trained with ALBERT's settings on the stdlib corpus (tests/support/spm_models.py). A
 T5-style model (no [CLS], [SEP], [MASK]) is still refused, with a hint.
 
 The whole pipeline over such a model (preprocess, training, every export) is
@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from spm_models import ALBERT_ROLES, corpus_lines, train_albert_style, train_t5_style
+from tests.support.spm_models import (ALBERT_ROLES, corpus_lines, train_albert_style,
+                                      train_t5_style)
 
 from runexp.runtime.stages import vocab as vocab_stage
 from runexp.tasks.tokenizer import load_tokenizer
+from tests.support.cli import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +96,7 @@ TRAIN_STEPS = 20
 WARMUP_STEPS = 2
 CHECKPOINT_EVERY = 10
 """)
-    return subprocess.run([sys.executable, "-m", "runexp.compiler.cli", f"--gin_file={gin}",
-                           "--dry_run"], capture_output=True, text=True, timeout=300)
+    return run_cli("--dry_run", gin_file=gin, timeout=300)
 
 
 def test_the_plan_adopts_it_and_says_which_piece_plays_which_role(albert_model, tmp_path):

@@ -20,7 +20,7 @@ from runexp.tasks.beam_preprocess import run_beam_shard_jobs  # noqa: E402
 from runexp.tasks.pretraining_shards import (PretrainingConfig, plan_prebuilt_shard_jobs,  # noqa: E402
                                              plan_shard_jobs, run_shard_jobs)
 from runexp.tasks.records import iter_records  # noqa: E402
-from runexp.tasks.text_files import sample_lines  # noqa: E402
+from runexp.tasks.text_documents import sample_lines  # noqa: E402
 
 WORDS = ("function value attribute asynchronous event loop widget window header message field "
          "logger record handler socket thread process queue lock timer").split()
@@ -233,3 +233,25 @@ def test_workers_read_a_gcs_corpus_in_place_and_hand_on_through_gcs(tmp_path, gc
     jobs = plan_shard_jobs({"train": remote}, vocab_dir, config, 3, str(tmp_path / "again"))
     with pytest.raises(storage.InputChangedError, match="train-0.txt changed after the plan"):
         list(run_beam_shard_jobs(jobs, DIRECT, 2, shared_dir=f"{gcs_prefix}/shared2"))
+
+
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_beam_runner_writes_the_local_runners_packed_cache(tmp_path, dynamic):
+    """Packed rows (tasks/packing.py) are the same bytes whichever runner builds them."""
+    vocab_dir = make_corpus(tmp_path, "sentence_lines")
+    params = dict(packing=True, short_seq_prob=0.5, dynamic_masking=dynamic)
+    local, local_summary, _ = run_stage(tmp_path, "local", vocab_dir, "sentence_lines",
+                                        **params)
+    beam, beam_summary, _ = run_stage(tmp_path, "beam", vocab_dir, "sentence_lines",
+                                      runner="beam", beam_options=DIRECT, **params)
+    names = sorted(os.listdir(local))
+    assert sorted(os.listdir(beam)) == names
+    for name in names:
+        assert (beam / name).read_bytes() == (local / name).read_bytes(), name
+    assert beam_summary == local_summary
+    packing = local_summary["train"]["packing"]
+    assert packing["rows"] < packing["instances"] == local_summary["train"]["instances"]
+    info = json.loads((local / "info.train.json").read_text())["features"]
+    assert info["instance_ids"]["shape"] == [32] and info["next_sentence_weights"]["shape"] == [3]
+    assert "instance_ids" not in json.loads((local / "info.validation.json").read_text())[
+        "features"]

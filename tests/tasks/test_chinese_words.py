@@ -10,8 +10,9 @@ import random
 
 import numpy as np
 import pytest
-from chinese_corpus import (CATALOGS, WordReference, check_whole_words, chinese_sentences,
-                            jieba_cut, original_ids, reference_continues)
+from tests.support.chinese_corpus import (CATALOGS, WordReference, check_whole_words,
+                                          chinese_sentences, jieba_cut, original_ids,
+                                          reference_continues)
 
 from runexp.compiler.specs import MaskingSpec
 from runexp.tasks import vocab_dir

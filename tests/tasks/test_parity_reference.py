@@ -52,7 +52,7 @@ from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
 from runexp.tasks import vocab_dir  # noqa: E402
-from runexp.tasks.text_files import iter_documents, sample_lines  # noqa: E402
+from runexp.tasks.text_documents import iter_documents, sample_lines  # noqa: E402
 from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab  # noqa: E402
 
 MAX_LEN, MAX_PRED, DUPE = 128, 20, 5

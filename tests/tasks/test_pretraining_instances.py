@@ -121,7 +121,7 @@ def test_short_sequences(small_corpus, spm_dir, tmp_path):
     # The target length is drawn per document and pass, so the slice's 45 whole modules give
     # a share that moves by +-0.05 from seed to seed; its text cut into ~500 documents of at
     # most 8 sentences moves by +-0.005.
-    from runexp.tasks.text_files import iter_documents
+    from runexp.tasks.text_documents import iter_documents
     docs = []
     for doc in iter_documents([os.path.join(small_corpus, "train.txt")]):
         docs.extend("".join(line + "\n" for line in doc[i:i + 8]) for i in range(0, len(doc), 8))

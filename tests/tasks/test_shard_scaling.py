@@ -15,7 +15,8 @@ from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cach
                                              summary_fields, write_shard)
 from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
 from runexp.tasks.split_reader import local_index
-from runexp.tasks.text_files import InputIssues, iter_documents, iter_located_documents
+from runexp.tasks.text_documents import iter_documents, iter_located_documents
+from runexp.tasks.text_files import InputIssues
 
 
 def config(**overrides):

@@ -20,8 +20,9 @@ from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cach
 from runexp.tasks.sentence_split import (MAX_RUN_CHARS, ends_before, split_line,
                                          split_paragraph, split_text)
 from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
-from runexp.tasks.text_files import (InputIssues, iter_documents, iter_located_documents,
-                                     sample_lines)
+from runexp.tasks.text_documents import iter_documents, iter_located_documents, sample_lines
+from runexp.tasks.text_files import InputIssues
+from runexp.tasks.text_formats import input_issues
 
 
 # --- the splitter ----------------------------------------------------------------------------
@@ -215,7 +216,7 @@ def test_the_readers_give_the_documents_of_the_sentence_lines_corpus(corpora):
 
 
 def test_jsonl_bad_lines_are_counted_with_file_and_line(corpora):
-    issues = InputIssues.for_format("jsonl")
+    issues = input_issues("jsonl")
     docs = list(iter_located_documents(corpora["jsonl"], issues, text_format="jsonl",
                                        text_field="body"))
     assert len(docs) == len(list(iter_documents(corpora["sentence_lines"])))
@@ -255,7 +256,7 @@ def test_bad_bytes_are_repaired_and_giant_lines_end_a_sentence(tmp_path):
     jsonl = tmp_path / "docs.jsonl"
     jsonl.write_bytes(b'\xef\xbb\xbf{"text": "First."}\n{"text": "Bad \\ud800 escape."}\n'
                       b'{"text": "Raw \xff byte."}\n')
-    issues = InputIssues.for_format("jsonl")
+    issues = input_issues("jsonl")
     docs = list(iter_located_documents([str(jsonl)], issues, text_format="jsonl"))
     assert [d for _, _, d in docs] == [["First."], ["Bad \ufffd escape."], ["Raw \ufffd byte."]]
     assert issues.samples["non_utf8_lines"] == [(str(jsonl), 2), (str(jsonl), 3)]

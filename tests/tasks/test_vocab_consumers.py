@@ -8,10 +8,10 @@ import random
 import unicodedata
 
 import pytest
-from chinese_corpus import CATALOGS, chinese_sentences
+from tests.support.chinese_corpus import CATALOGS, chinese_sentences
 
 from runexp.tasks import vocab_dir
-from runexp.tasks.text_files import iter_documents
+from runexp.tasks.text_documents import iter_documents
 from runexp.tasks.tokenizer import load_tokenizer
 
 bert_tokenization = pytest.importorskip("bert.tokenization")

@@ -7,8 +7,8 @@ In the test process:
     code = executor.run_plan(plan)
 
 As a child process a test can kill (storage settings come from the environment, e.g.
-STORAGE_EMULATOR_HOST and RUNEXP_CACHE_DIR):
-    python checkpoint_run.py SPEC.json
+STORAGE_EMULATOR_HOST and RUNEXP_CACHE_DIR; tests.support.child_env() finds this module):
+    python -m tests.support.checkpoint_run SPEC.json
 SPEC: {"root", "data_dir", "params" (tiny_plan's overrides), "retry" (RetryPolicy fields),
 "deterministic" (TensorFlow's op determinism: runs that must end bitwise equal)}; the exit code
 is run_plan's.
@@ -21,21 +21,19 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "runtime"))
-
-import runtime_testlib  # noqa: E402 - tests/runtime's helpers, by their unique module name
+from tests.support import runtime as tiny
 
 STAGE_ID = "pretrain"
 EXAMPLES = 64
 
 
 def write_tiny_data(data_dir: str) -> None:
-    """vocab/ and preprocess/ (one shard of train records) for runtime_testlib's TINY_MODEL."""
-    vocab_size = runtime_testlib.TINY_MODEL["vocab_size"]
-    runtime_testlib.write_vocab_dir(os.path.join(data_dir, "vocab"), vocab_size)
-    runtime_testlib.write_pretraining_records(
+    """vocab/ and preprocess/ (one shard of train records) for the tiny model (TINY_MODEL)."""
+    vocab_size = tiny.TINY_MODEL["vocab_size"]
+    tiny.write_vocab_dir(os.path.join(data_dir, "vocab"), vocab_size)
+    tiny.write_pretraining_records(
         os.path.join(data_dir, "preprocess"), "train", EXAMPLES, vocab_size,
-        runtime_testlib.TINY_SEQ, runtime_testlib.TINY_PRED, seed=1, num_shards=1)
+        tiny.TINY_SEQ, tiny.TINY_PRED, seed=1, num_shards=1)
 
 
 def tiny_plan(root: str, data_dir: str, **overrides):
@@ -43,7 +41,7 @@ def tiny_plan(root: str, data_dir: str, **overrides):
     param; the resume key leaves out train_steps, so a longer run continues a shorter one."""
     from runexp.compiler.plan import Plan, Stage
 
-    params = runtime_testlib.pretrain_params(
+    params = tiny.pretrain_params(
         batch_size=8, train_steps=6, warmup_steps=2, checkpoint_every=2, keep_checkpoints=2,
         steps_per_loop=2, log_every=2)
     params.update(overrides)

@@ -1,23 +1,24 @@
 """A Hugging Face user, in its own process: transformers (PyTorch) and nothing of runexp.
 
 The tests run it with the virtualenv's python and compare what it writes with runexp's own
-numbers, so what is tested is what transformers itself makes of a directory:
+numbers, so what is tested is what transformers itself makes of a directory (run as
+``python -m tests.support.hf_consumer ARGS`` with tests.support.child_env()):
 
-    python hf_consumer.py outputs DIR INPUTS.npz OUT_DIR AutoModel AutoModelForPreTraining ...
+    hf_consumer outputs DIR INPUTS.npz OUT_DIR AutoModel AutoModelForPreTraining ...
         loads DIR with each Auto class (output_loading_info=True), runs it on the inputs
         (input_ids, attention_mask, token_type_ids; labels and next_sentence_label for the
         pretraining loss), writes OUT_DIR/<class>.<output>.npy and OUT_DIR/loading.json
-    python hf_consumer.py pipelines DIR OUT.json [--tokenizer-from-vocab VOCAB --lower]
+    hf_consumer pipelines DIR OUT.json [--tokenizer-from-vocab VOCAB --lower]
         fill-mask or text-classification (config.json's architecture says which) on a few
         texts; --tokenizer-from-vocab saves BertTokenizerFast(VOCAB) into DIR first when DIR
         has no tokenizer (a copy the test owns: the export's own files come from runexp)
-    python hf_consumer.py readme EXPORT_DIR
+    hf_consumer readme EXPORT_DIR
         runs the python blocks of the README's Hugging Face section in EXPORT_DIR
-    python hf_consumer.py tokenize DIR LINES.json OUT.json
+    hf_consumer tokenize DIR LINES.json OUT.json
         AutoTokenizer's ids of each line (no special tokens added), and its special ids
-    python hf_consumer.py activations OUT.npz NAME...
+    hf_consumer activations OUT.npz NAME...
         transformers' ACT2FN[NAME] over [-6, 6] (2001 points), float32
-    python hf_consumer.py random-bert OUT_DIR CONFIG.json SEED
+    hf_consumer random-bert OUT_DIR CONFIG.json SEED
         a BertForPreTraining of transformers' own, every parameter random (LayerNorm and
         biases too, so a swapped or transposed tensor shows), saved with save_pretrained;
         and OUT_DIR-encoder: its BertModel alone (AutoModel.save_pretrained)

@@ -1,4 +1,4 @@
-"""Runs tests/runtime/hf_consumer.py (transformers, no runexp) in its own process and reads
+"""Runs tests/support/hf_consumer.py (transformers, no runexp) in its own process and reads
 back what it wrote."""
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ import sys
 
 import numpy as np
 
-CONSUMER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_consumer.py")
+from tests.support import child_env
+
+# python -m, from any directory (child_env): the consumer imports nothing of runexp.
+CONSUMER = [sys.executable, "-m", "tests.support.hf_consumer"]
 
 
 def run_consumer(*args: str, timeout: float = 600) -> None:
     """The consumer with the virtualenv's python (the one running the tests), offline."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, CONSUMER, *map(str, args)], env=env,
+    env = child_env(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+                    TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1")
+    done = subprocess.run([*CONSUMER, *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode:
         raise AssertionError(f"hf_consumer.py {args[0]} failed ({done.returncode}):\n"

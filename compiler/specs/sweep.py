@@ -1,0 +1,41 @@
+"""The sweep stage's settings: a grid over fine-tune settings, and how its point is chosen.
+
+`finetune.sweep` names settings of `finetune` and the values each takes; every combination
+is one finetune stage (compiler/sweep.py), and the sweep stage of the task scores them
+together (runtime/stages/sweep.py). A swept `seed` repeats each other combination: the
+selection is over the mean of the seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from runexp.compiler.specs.base import Spec, setting
+
+# How a point's settings are chosen, recorded in the plan (and so in the fingerprint).
+RULE = ("the setting with the highest mean dev score over its seeds (ties: the first in the "
+        "grid); of its seeds, the one with the highest dev score is the exported point")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSpec(Spec):
+    """`finetune.sweep`, `finetune.select_metric`, `finetune.export_point`; the rest derived."""
+
+    grid: Optional[dict] = setting(None, "settings of finetune and the values each takes, "
+                                         "e.g. {'learning_rate': [5e-5, 3e-5, 2e-5], "
+                                         "'batch_size': [16, 32], 'seed': [1, 2]}: one "
+                                         "finetune stage per combination; None: no sweep",
+                                   gin="sweep")
+    select_metric: Optional[str] = setting(None, "the dev metric the point is chosen by (its "
+                                                 "mean over the task's dev sets); None: the "
+                                                 "task score (its metrics' mean, GLUE's rule)")
+    export_point: Optional[str] = setting(None, "the point the export takes, by its stage "
+                                                "id's suffix (e.g. 'lr3e-5.s2'); None: the "
+                                                "selected one")
+    task: str = setting("", "the fine-tuned task", gin=None)
+    points: dict = setting(None, "point name -> the settings it sets (stage param -> value)",
+                           gin=None)
+    varied: tuple[str, ...] = setting((), "the swept stage params besides the seed, in the "
+                                          "points' order", gin=None)
+    rule: str = setting(RULE, "how the selected point is chosen", gin=None)

@@ -1,0 +1,1 @@
+"""Tests of runtime/storage/: local disk and gs:// (an emulated bucket), retries, faults."""
