@@ -46,9 +46,10 @@ def _row_draws(seeds: tf.Tensor, length: int, width: int, vocab_size: int):
     return tf.map_fn(draw, seeds, fn_output_signature=(tf.float32, tf.float32, tf.int32))
 
 
-def _choose_whole_words(candidates, starts, k, keys):
-    """Positions chosen by whole words (as masking._choose_whole_words): words in random
-    order, each taken while it still fits in ``k``. Returns a bool [batch, length] mask."""
+def _words(candidates, starts):
+    """The words of each row among the candidate positions: (batch, length, each position's
+    word index, the row's word count, each position's word as a segment id flattened (row *
+    length + word; batch * length for a non-candidate), each word's size in pieces)."""
     batch, length = tf.shape(candidates)[0], tf.shape(candidates)[1]
     starts = starts & candidates
     word = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
@@ -58,6 +59,13 @@ def _choose_whole_words(candidates, starts, k, keys):
     flat = tf.reshape(segment, [-1])
     sizes = tf.reshape(tf.math.unsorted_segment_sum(
         tf.ones_like(flat), flat, batch * length + 1)[:-1], [batch, length])
+    return batch, length, word, words, flat, sizes
+
+
+def _choose_whole_words(candidates, starts, k, keys):
+    """Positions chosen by whole words (as masking._choose_whole_words): words in random
+    order, each taken while it still fits in ``k``. Returns a bool [batch, length] mask."""
+    batch, length, word, words, flat, sizes = _words(candidates, starts)
     pos = tf.range(length)[None, :]
     order = tf.argsort(tf.where(pos < words[:, None], keys, 2.0), axis=1, stable=True)
 
@@ -187,15 +195,7 @@ def _mask_packed(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
 def _choose_whole_words_packed(candidates, starts, inst, k, keys, slots: int):
     """``_choose_whole_words`` with a budget per instance: the row's words in random order,
     each taken while its instance's ``k`` still has room for it."""
-    batch, length = tf.shape(candidates)[0], tf.shape(candidates)[1]
-    starts = starts & candidates
-    word = tf.maximum(tf.cumsum(tf.cast(starts, tf.int32), axis=1) - 1, 0)
-    words = tf.reduce_sum(tf.cast(starts, tf.int32), axis=1)
-    rows = tf.range(batch)[:, None]
-    segment = tf.where(candidates, rows * length + word, batch * length)
-    flat = tf.reshape(segment, [-1])
-    sizes = tf.reshape(tf.math.unsorted_segment_sum(
-        tf.ones_like(flat), flat, batch * length + 1)[:-1], [batch, length])
+    batch, length, word, words, flat, sizes = _words(candidates, starts)
     # Each word's instance (its pieces are all in one: [CLS] and [SEP] part instances).
     word_inst = tf.reshape(tf.math.unsorted_segment_max(
         tf.reshape(inst, [-1]), flat, batch * length + 1)[:-1], [batch, length])
