@@ -23,17 +23,18 @@ def test_there_are_reference_experiments():
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=os.path.basename)
-def test_reference_experiment_plan_matches_golden(path, monkeypatch):
-    monkeypatch.chdir(REPO)
+def test_reference_experiment_plan_matches_golden(path, monkeypatch, tmp_path):
+    # A local output root resolves against the working directory: an empty one, so nothing a
+    # local run left (preprocess stats, finished stages) changes the plan, and the golden text
+    # says <cwd> whatever the clone's path.
+    monkeypatch.chdir(tmp_path)
     # gs:// inputs unlisted, whatever credentials or emulator this machine has: their
     # fingerprints are then the constant ones (compiler/gcs_inputs.py).
     monkeypatch.setenv("RUNEXP_NO_INPUT_LISTING", "1")
-    plan = compile_experiment([os.path.relpath(path, REPO)]).plan
+    plan = compile_experiment([path], search_paths=[REPO]).plan
     # The plan as a first run sees it, whatever is (or is not) reachable on gs:// now.
     states = {s.id: StageState(CREATE, "not built yet") for s in plan.stages}
-    # A local output root is absolute: the checkout's own path is written as <checkout>, so
-    # the golden text is the same in any clone.
-    text = render_plan(plan, states, dry_run=True).replace(REPO, "<checkout>") + "\n"
+    text = render_plan(plan, states, dry_run=True).replace(str(tmp_path), "<cwd>") + "\n"
     golden = os.path.join(HERE, "golden", os.path.basename(path)[:-4] + ".txt")
     if os.environ.get("RUNEXP_UPDATE_GOLDEN") == "1":
         with open(golden, "w", encoding="utf-8") as f:
