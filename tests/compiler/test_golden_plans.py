@@ -24,14 +24,15 @@ def test_there_are_reference_experiments():
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=os.path.basename)
 def test_reference_experiment_plan_matches_golden(path, monkeypatch, tmp_path):
-    # A local output root resolves against the working directory: an empty one, so nothing a
-    # local run left (preprocess stats, finished stages) changes the plan, and the golden text
-    # says <cwd> whatever the clone's path.
+    # A local output root resolves against the working directory: one holding only the gin
+    # tree, so nothing a local run left (preprocess stats, finished stages) changes the plan,
+    # and the golden text says <cwd> whatever the clone's path.
+    os.symlink(os.path.join(REPO, "gin"), tmp_path / "gin")
     monkeypatch.chdir(tmp_path)
     # gs:// inputs unlisted, whatever credentials or emulator this machine has: their
     # fingerprints are then the constant ones (compiler/gcs_inputs.py).
     monkeypatch.setenv("RUNEXP_NO_INPUT_LISTING", "1")
-    plan = compile_experiment([path], search_paths=[REPO]).plan
+    plan = compile_experiment([os.path.relpath(path, REPO)]).plan
     # The plan as a first run sees it, whatever is (or is not) reachable on gs:// now.
     states = {s.id: StageState(CREATE, "not built yet") for s in plan.stages}
     text = render_plan(plan, states, dry_run=True).replace(str(tmp_path), "<cwd>") + "\n"
