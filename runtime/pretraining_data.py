@@ -155,37 +155,65 @@ def pretraining_dataset(data_dir: str | Sequence[str], split: str, batch_size: i
     if stream not in (1, STREAM_VERSION):
         raise ValueError(f"data stream version {stream}: this runexp reads versions 1 and "
                          f"{STREAM_VERSION}")
+    mixture_name = mixture or "+".join(names)
     if training and len(names) > 1:
-        weights = [float(r) for r in (rates or [1.0] * len(names))]
-        weights = [w / sum(weights) for w in weights]
-        # seqio samples members in its own (task name) order: rates go with their task.
-        seqio_tasks.register_pretraining_mixture(mixture or "+".join(names),
-                                                 dict(zip(names, weights)))
+        _register_mixture(mixture_name, names, rates)
     if training and stream == STREAM_VERSION:
         ds = _stream_by_position(names, split, seed, rates, shard_info,
                                  start=skip_batches * batch_size)
         return ds.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-    common = dict(sequence_length=None, split=split, use_cached=True, seed=seed,
-                  shard_info=shard_info)
     if training:
-        if len(names) == 1:
-            ds = seqio.get_mixture_or_task(names[0]).get_dataset(
-                shuffle=True, shuffle_buffer_size=shuffle_buffer, num_epochs=None, **common)
-        else:
-            ds = seqio.get_mixture_or_task(mixture or "+".join(names)).get_dataset(
-                shuffle=True, num_epochs=None, log_mixing_proportions=False, **common)
+        ds = _sequential_stream(names, mixture_name, split, seed, shard_info, shuffle_buffer)
     else:
-        ds = None
-        for name in names:
-            member = seqio.get_mixture_or_task(name).get_dataset(
-                shuffle=False, num_epochs=1, **common)
-            if max_examples is not None:
-                member = member.take(max_examples)
-            ds = member if ds is None else ds.concatenate(member)
+        ds = _ordered_pass(names, split, seed, shard_info, max_examples)
     ds = ds.batch(batch_size, drop_remainder=training)
-    if skip_batches:
+    if skip_batches:  # version 1 resumes by reading the batches it skips
         ds = ds.skip(skip_batches)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _register_mixture(mixture: str, names: Sequence[str],
+                      rates: Optional[Sequence[float]]) -> None:
+    """Registers the tasks ``names`` as the seqio Mixture ``mixture``, sampled by ``rates``
+    (default: equal), normalised."""
+    weights = [float(r) for r in (rates or [1.0] * len(names))]
+    weights = [w / sum(weights) for w in weights]
+    # seqio samples members in its own (task name) order: rates go with their task.
+    seqio_tasks.register_pretraining_mixture(mixture, dict(zip(names, weights)))
+
+
+def _cached(name: str, split: str, seed: int, shard_info: Optional[seqio.ShardInfo],
+            **options) -> tf.data.Dataset:
+    """seqio's read of a registered task's or mixture's cache (this host's share)."""
+    return seqio.get_mixture_or_task(name).get_dataset(
+        sequence_length=None, split=split, use_cached=True, seed=seed, shard_info=shard_info,
+        **options)
+
+
+def _sequential_stream(names: Sequence[str], mixture: str, split: str, seed: int,
+                       shard_info: Optional[seqio.ShardInfo],
+                       shuffle_buffer: int) -> tf.data.Dataset:
+    """Stream version 1: seqio's seeded stream, repeated forever, of one task (shuffled in
+    a buffer of ``shuffle_buffer``) or of the mixture (its members sampled by rate)."""
+    if len(names) == 1:
+        return _cached(names[0], split, seed, shard_info, shuffle=True,
+                       shuffle_buffer_size=shuffle_buffer, num_epochs=None)
+    return _cached(mixture, split, seed, shard_info, shuffle=True, num_epochs=None,
+                   log_mixing_proportions=False)
+
+
+def _ordered_pass(names: Sequence[str], split: str, seed: int,
+                  shard_info: Optional[seqio.ShardInfo],
+                  max_examples: Optional[int]) -> tf.data.Dataset:
+    """One ordered pass: each task's examples (at most ``max_examples`` of each), one task
+    after the other."""
+    ds = None
+    for name in names:
+        member = _cached(name, split, seed, shard_info, shuffle=False, num_epochs=1)
+        if max_examples is not None:
+            member = member.take(max_examples)
+        ds = member if ds is None else ds.concatenate(member)
+    return ds
 
 
 def _stream_by_position(names: Sequence[str], split: str, seed: int,

@@ -18,6 +18,7 @@ relaunches nothing more: the machine (or the person) is stopping everything.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import signal
 import subprocess
@@ -64,30 +65,14 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
         raise ValueError(f"max_attempts must be >= 1; got {max_attempts}")
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     command = shlex.join(argv)
-    state = {"child": None, "stopping": None}
-    stop_event = threading.Event()
-
-    def forward(signum, frame):
-        state["stopping"] = signum
-        stop_event.set()
-        child = state["child"]
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
-
-    in_main = threading.current_thread() is threading.main_thread()
-    previous = {}
-    if in_main:
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, forward)
-    try:
+    child = _Child(argv)
+    with _stop_signals_handled_by(child.forward):
         attempt, streak = 1, 0  # streak: preempted attempts in a row shorter than the reset
         while True:
             started = time.monotonic()
-            state["child"] = subprocess.Popen(argv)
-            code = state["child"].wait()
-            state["child"] = None
+            code = child.run()
             streak = 1 if time.monotonic() - started >= BACKOFF_RESET_S else streak + 1
-            if code != EXIT_PREEMPTED or state["stopping"] is not None:
+            if code != EXIT_PREEMPTED or child.stopping is not None:
                 return code
             if attempt >= max_attempts:
                 say(f"runexp: attempt {attempt}/{max_attempts} was preempted (exit "
@@ -98,9 +83,48 @@ def run_with_relaunch(argv: list[str], max_attempts: int, backoff_s: float,
             say(f"runexp: attempt {attempt}/{max_attempts} was preempted (exit "
                 f"{EXIT_PREEMPTED}); relaunching in {wait:g} s (attempt {attempt + 1}/"
                 f"{max_attempts}): {command}")
-            if stop_event.wait(wait):
+            if child.stopped.wait(wait):  # a stop signal came during the wait
                 return code
             attempt += 1
+
+
+class _Child:
+    """The command's launches, one at a time, and whether this process was told to stop
+    (the signal number in ``stopping``; ``stopped`` is set then)."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.process: subprocess.Popen | None = None
+        self.stopping: int | None = None
+        self.stopped = threading.Event()
+
+    def run(self) -> int:
+        """Launches the command and waits for its exit code."""
+        self.process = subprocess.Popen(self.argv)
+        code = self.process.wait()
+        self.process = None
+        return code
+
+    def forward(self, signum, frame) -> None:
+        """A signal handler: no more launches, and the running child gets the signal too."""
+        self.stopping = signum
+        self.stopped.set()
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signum)
+
+
+@contextlib.contextmanager
+def _stop_signals_handled_by(handler):
+    """SIGTERM and SIGINT go to ``handler`` inside the block, to the previous handlers after
+    it. Only the main thread may set handlers: elsewhere the block runs with them as they
+    are."""
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, handler)
+    try:
+        yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)

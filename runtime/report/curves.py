@@ -224,74 +224,112 @@ def curves_figure(kind: str, logs: Logs, refs: Optional[Mapping[str, list]] = No
     """The figure of a ``kind`` ("pretrain" or "finetune") stage's logs: one panel per
     quantity that was logged, all on the same step axis (0 .. ``total_steps`` when given).
     Returns a matplotlib Figure (panels in ``fig.axes``, each with a ``runexp_key``)."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter, PercentFormatter
-
     refs = refs or {}
     sources = {"train": logs.train, "eval": logs.evals}
     panels = [p for p in PANELS[kind]
               if any(_points(sources[src], key)[0] for src, key, _ in p.series)]
     if not panels:
         raise ValueError(f"nothing to draw: no metrics in the {kind} logs")
-    cols = 3 if len(panels) > 4 else 2
-    rows = math.ceil(len(panels) / cols)
+    fig, axes, cols = _grid(len(panels), title)
+    right = max(total_steps or 0, logs.last_step, 1)
+    for n, (ax, panel) in enumerate(zip(axes, panels)):
+        ax.runexp_key = panel.series[0][1]
+        own_refs = refs.get(panel.refs_key, []) if panel.refs_key else []
+        values = _draw_series(ax, panel, sources) + _draw_references(ax, panel, own_refs)
+        _draw_events(ax, logs.events, in_legend=n == 0)
+        _scale(ax, panel, values)
+        _decorate(ax, panel, right)
+    _label_bottom_row(axes, len(panels), cols)
+    return fig
+
+
+def _grid(count: int, title: str):
+    """An empty figure for ``count`` panels: 3 columns for more than 4 panels, else 2, as
+    many rows as they need. Returns the figure, its axes (flat, row by row) and the number
+    of columns."""
+    from matplotlib.figure import Figure
+
+    cols = 3 if count > 4 else 2
+    rows = math.ceil(count / cols)
     width, height = _INCHES[6 if cols == 3 else 4]
     fig = Figure(figsize=(width, height * rows / 2), dpi=_DPI, layout="constrained")
     if title:
         fig.suptitle(title, fontsize=14, fontweight="bold")
     axes = fig.subplots(rows, cols, sharex=True, squeeze=False).ravel()
-    right = max(total_steps or 0, logs.last_step, 1)
-    for n, (ax, panel) in enumerate(zip(axes, panels)):
-        ax.runexp_key = panel.series[0][1]
-        values = []
-        for src, key, label in panel.series:
-            xs, ys = _points(sources[src], key)
-            if not xs:
-                continue
-            values += ys
-            if src == "train":
-                ax.plot(xs, ys, color=_TRAIN_COLOR, lw=1.6, label=label,
-                        marker="o" if len(xs) <= 30 else None, ms=3)
-            else:
-                ax.plot(xs, ys, color=_EVAL_COLOR, lw=1.4, ls="--", marker="o", ms=5,
-                        label=label)
-        for i, ref in enumerate(refs.get(panel.refs_key, []) if panel.refs_key else []):
-            color = _REF_COLORS[i % len(_REF_COLORS)]
-            if ref.step is None:
-                ax.axhline(ref.value, color=color, lw=1.2, ls=":",
-                           label=f"{ref.label}: {_fmt(ref.value, panel.percent)}")
-            else:
-                ax.plot([ref.step], [ref.value], ls="none", marker="*", ms=13, color=color,
-                        markeredgecolor="black", markeredgewidth=0.5,
-                        label=f"{ref.label}: {_fmt(ref.value, panel.percent)}")
-            values.append(ref.value)
-        seen = set()
-        for event in logs.events:  # in every panel; in the first one's legend only
-            name = _EVENT_LABELS.get(event.get("event"), str(event.get("event")))
-            ax.axvline(event.get("step", 0), color="#ff7f0e", lw=1.2, ls="-.",
-                       label=name if n == 0 and name not in seen else "_nolegend_")
-            seen.add(name)
-        _scale(ax, panel, values)
-        ax.set_title(panel.title, fontsize=12)
-        ax.set_ylabel(panel.ylabel)
-        ax.grid(True, alpha=0.3)
-        for side in ("top", "right"):
-            ax.spines[side].set_visible(False)
-        ax.set_xlim(0, right * 1.02)
-        if panel.percent:
-            ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
-        elif panel.ylabel == "learning rate":
-            ax.yaxis.set_major_formatter(FuncFormatter(_sci))
-        handles, _ = ax.get_legend_handles_labels()
-        if len(handles) > 1 or panel.refs_key:
-            ax.legend(fontsize=8.5, loc="best", framealpha=0.85)
-    for ax in axes[len(panels):]:
+    return fig, axes, cols
+
+
+def _draw_series(ax, panel: Panel, sources: Mapping[str, list]) -> list:
+    """The panel's logged curves: train solid (with markers while it has 30 points or
+    fewer), held-out dashed with markers. Returns the values drawn."""
+    values = []
+    for src, key, label in panel.series:
+        xs, ys = _points(sources[src], key)
+        if not xs:
+            continue
+        values += ys
+        if src == "train":
+            ax.plot(xs, ys, color=_TRAIN_COLOR, lw=1.6, label=label,
+                    marker="o" if len(xs) <= 30 else None, ms=3)
+        else:
+            ax.plot(xs, ys, color=_EVAL_COLOR, lw=1.4, ls="--", marker="o", ms=5, label=label)
+    return values
+
+
+def _draw_references(ax, panel: Panel, refs: Sequence[Reference]) -> list:
+    """Each reference as a dotted horizontal line, or a star at its step, with its value in
+    the legend. Returns their values (the y axis must show them)."""
+    for i, ref in enumerate(refs):
+        color = _REF_COLORS[i % len(_REF_COLORS)]
+        label = f"{ref.label}: {_fmt(ref.value, panel.percent)}"
+        if ref.step is None:
+            ax.axhline(ref.value, color=color, lw=1.2, ls=":", label=label)
+        else:
+            ax.plot([ref.step], [ref.value], ls="none", marker="*", ms=13, color=color,
+                    markeredgecolor="black", markeredgewidth=0.5, label=label)
+    return [ref.value for ref in refs]
+
+
+def _draw_events(ax, events: Sequence[dict], in_legend: bool) -> None:
+    """A vertical line at each event's step; every panel has them, so only the first names
+    them in its legend (each name once)."""
+    seen = set()
+    for event in events:
+        name = _EVENT_LABELS.get(event.get("event"), str(event.get("event")))
+        ax.axvline(event.get("step", 0), color="#ff7f0e", lw=1.2, ls="-.",
+                   label=name if in_legend and name not in seen else "_nolegend_")
+        seen.add(name)
+
+
+def _decorate(ax, panel: Panel, right: int) -> None:
+    """Title, labels, grid, the shared step range, tick format and (when it says more than
+    the title) the legend."""
+    from matplotlib.ticker import FuncFormatter, PercentFormatter
+
+    ax.set_title(panel.title, fontsize=12)
+    ax.set_ylabel(panel.ylabel)
+    ax.grid(True, alpha=0.3)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_xlim(0, right * 1.02)
+    if panel.percent:
+        ax.yaxis.set_major_formatter(PercentFormatter(1.0, decimals=None))
+    elif panel.ylabel == "learning rate":
+        ax.yaxis.set_major_formatter(FuncFormatter(_sci))
+    handles, _ = ax.get_legend_handles_labels()
+    if len(handles) > 1 or panel.refs_key:
+        ax.legend(fontsize=8.5, loc="best", framealpha=0.85)
+
+
+def _label_bottom_row(axes, count: int, cols: int) -> None:
+    """Hides the grid's unused axes and labels the step axis of each panel with no panel
+    below it (the axis is shared, so the others' tick labels are hidden)."""
+    for ax in axes[count:]:
         ax.set_visible(False)
-    for i, ax in enumerate(axes[:len(panels)]):
-        if i + cols >= len(panels):  # no panel below it: its step axis is labelled
+    for i, ax in enumerate(axes[:count]):
+        if i + cols >= count:
             ax.set_xlabel("step")
             ax.tick_params(labelbottom=True)
-    return fig
 
 
 def _scale(ax, panel: Panel, values: list) -> None:

@@ -127,6 +127,32 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
     ctx.progress(f"building {len(jobs)} shard(s) of {', '.join(sorted({j.split for j in jobs}))}"
                  f" with {workers} worker process(es)")
     start = time.monotonic()
+    totals = _run_jobs(ctx, config, jobs, workers, start)
+    summary: dict = {}
+    issues = InputIssues()
+    for split in SPLITS:
+        if any(j.split == split for j in jobs):
+            summary[split] = _write_split_files(ctx, config, cache_dir, num_shards, split,
+                                                totals[split])
+            issues.add(totals[split].issues)
+    if config.dynamic_masking and any(j.split == "train" for j in jobs):
+        records.write_masking(cache_dir,
+                              config.masking_spec(cached_tokenizer(ctx.inputs["vocab_dir"])))
+        summary["dynamic_masking"] = True
+    records.write_completed(cache_dir)  # last: seqio uses the cache only when it is whole
+    summary.update(_input_fields(ctx, config, totals))
+    # Bad input is counted, never fatal and never silent: in the summary and on the console.
+    summary["bad_input"] = issues.summary()
+    for line in issues.describe():
+        ctx.progress("WARNING: skipped or repaired bad input: " + line)
+    summary["seconds"] = round(time.monotonic() - start, 2)
+    return summary
+
+
+def _run_jobs(ctx: StageContext, config: PretrainingConfig, jobs: list[ShardJob],
+              workers: int, start: float) -> dict[str, ShardStats]:
+    """Runs the shard jobs under a progress meter (shards done; instances made, a second
+    since ``start``). Returns each split's stats, summed over its shards."""
     totals = {split: ShardStats() for split in SPLITS}
 
     def made() -> str:
@@ -136,65 +162,60 @@ def _build_shards(ctx: StageContext, config: PretrainingConfig, num_shards: int,
 
     with Meter("shards", total=len(jobs), unit="shards", say=ctx.progress,
                detail=made) as meter:
-        def collect(result):
-            split, shard, stats = result
+        for split, _shard, stats in _shard_results(ctx, config, jobs, workers):
             totals[split].add(stats)
             meter.advance()
+    return totals
 
-        if config.execution.runner == "beam":  # the same shards, by an Apache Beam pipeline
-            from runexp.tasks.beam_preprocess import run_beam_shard_jobs
-            for result in run_beam_shard_jobs(jobs, config.execution.beam_options, workers,
-                                              ctx.progress):
-                collect(result)
-        elif workers == 1:
-            for result in run_shard_jobs(jobs, map, ctx.progress):
-                collect(result)
-        else:
-            with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
-                for result in run_shard_jobs(jobs, pool.imap_unordered, ctx.progress):
-                    collect(result)
 
-    summary: dict = {}
-    issues = InputIssues()
-    for split in SPLITS:
-        if not any(j.split == split for j in jobs):
-            continue
-        s = totals[split]
-        packed = config.is_packed(split)
-        records.write_info(cache_dir, split, num_shards, config.max_seq_length,
-                           config.predictions_per_row if packed
-                           else config.masking.max_predictions_per_seq,
-                           config.is_dynamic(split), MAX_INSTANCES_PER_ROW if packed else 0)
-        records.write_stats(cache_dir, split, {
-            "examples": s.records, "input_ids_tokens": s.tokens,
-            "masked_lm_ids_tokens": s.masked, **s.counts(),
-            "bad_input": s.issues.summary()})
-        summary[split] = {"documents": s.documents, "instances": s.instances,
-                          "tokens": s.tokens, "masked": s.masked}
-        if packed:
-            summary[split]["packing"] = packing_summary(s, config.max_seq_length)
-            pk = summary[split]["packing"]
-            ctx.progress(f"{split}: {s.instances:,} instances packed into {s.rows:,} rows of "
-                         f"{config.max_seq_length} tokens: {pk['factor']:.2f} instances a row, "
-                         f"rows {pk['fill']:.1%} full (unpacked: {pk['unpacked_fill']:.1%})")
-        issues.add(s.issues)
-    if config.dynamic_masking and any(j.split == "train" for j in jobs):
-        records.write_masking(cache_dir,
-                              config.masking_spec(cached_tokenizer(ctx.inputs["vocab_dir"])))
-        summary["dynamic_masking"] = True
-    records.write_completed(cache_dir)  # last: seqio uses the cache only when it is whole
+def _shard_results(ctx: StageContext, config: PretrainingConfig, jobs: list[ShardJob],
+                   workers: int):
+    """(split, shard, stats) of each job as it is done: by an Apache Beam pipeline, in this
+    process (one worker), or in a pool of worker processes. The shards are the same."""
+    if config.execution.runner == "beam":
+        from runexp.tasks.beam_preprocess import run_beam_shard_jobs
+        yield from run_beam_shard_jobs(jobs, config.execution.beam_options, workers,
+                                       ctx.progress)
+    elif workers == 1:
+        yield from run_shard_jobs(jobs, map, ctx.progress)
+    else:
+        with multiprocessing.get_context(_start_method()).Pool(workers) as pool:
+            yield from run_shard_jobs(jobs, pool.imap_unordered, ctx.progress)
+
+
+def _write_split_files(ctx: StageContext, config: PretrainingConfig, cache_dir: str,
+                       num_shards: int, split: str, stats: ShardStats) -> dict:
+    """Writes a split's info and stats files. Returns its summary; a packed split's also
+    has its packing figures, which the console gets too."""
+    packed = config.is_packed(split)
+    records.write_info(cache_dir, split, num_shards, config.max_seq_length,
+                       config.predictions_per_row if packed
+                       else config.masking.max_predictions_per_seq,
+                       config.is_dynamic(split), MAX_INSTANCES_PER_ROW if packed else 0)
+    records.write_stats(cache_dir, split, {
+        "examples": stats.records, "input_ids_tokens": stats.tokens,
+        "masked_lm_ids_tokens": stats.masked, **stats.counts(),
+        "bad_input": stats.issues.summary()})
+    summary = {"documents": stats.documents, "instances": stats.instances,
+               "tokens": stats.tokens, "masked": stats.masked}
+    if packed:
+        pk = summary["packing"] = packing_summary(stats, config.max_seq_length)
+        ctx.progress(f"{split}: {stats.instances:,} instances packed into {stats.rows:,} rows "
+                     f"of {config.max_seq_length} tokens: {pk['factor']:.2f} instances a row, "
+                     f"rows {pk['fill']:.1%} full (unpacked: {pk['unpacked_fill']:.1%})")
+    return summary
+
+
+def _input_fields(ctx: StageContext, config: PretrainingConfig,
+                  totals: dict[str, ShardStats]) -> dict:
+    """The summary's figures of the input: the rate of unknown tokens, the bytes there were
+    and the bytes read (the cost), and the size of the split index kept for later phases."""
     unk = sum(t.unk_tokens for t in totals.values())
     tokens = sum(t.document_tokens for t in totals.values())
-    summary["unk_rate"] = unk / max(tokens, 1)
-    summary.update(summary_fields(totals))  # input_bytes, input_bytes_read: the cost
+    fields = {"unk_rate": unk / max(tokens, 1), **summary_fields(totals)}
     if config.keep_split_index:
-        summary["split_index_bytes"] = _tree_bytes(os.path.join(ctx.work_dir, SPLIT_INDEX_DIR))
-    # Bad input is counted, never fatal and never silent: in the summary and on the console.
-    summary["bad_input"] = issues.summary()
-    for line in issues.describe():
-        ctx.progress("WARNING: skipped or repaired bad input: " + line)
-    summary["seconds"] = round(time.monotonic() - start, 2)
-    return summary
+        fields["split_index_bytes"] = _tree_bytes(os.path.join(ctx.work_dir, SPLIT_INDEX_DIR))
+    return fields
 
 
 def _tree_bytes(path: str) -> int:
