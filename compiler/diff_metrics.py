@@ -16,6 +16,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from typing import Optional
+
+from runexp.compiler.kinds import read_summary
+from runexp.compiler.specs.outputs import Summary
+from runexp.compiler.specs.task_kinds import ACCURACY
 from runexp.runtime.report.collect import RootReader
 
 # The file the evaluate and finetune stages write (their modules import TensorFlow, so the
@@ -48,16 +52,18 @@ def _number(value) -> Optional[float]:
         else None
 
 
-def _stage_metrics(reader, stage_report) -> dict:
-    """The stage's metrics.json, else its MANIFEST summary; {} if it is not finished."""
+def _stage_metrics(reader, stage_report) -> Optional[Summary]:
+    """The stage's metrics.json, else its MANIFEST summary, as its kind declares them; None
+    if it is not finished or has neither."""
     if not stage_report.done:
-        return {}
+        return None
     text = reader.text(reader.join(stage_report.dir, METRICS_FILE))
     try:
         metrics = json.loads(text) if text else {}
     except ValueError:
         metrics = {}
-    return metrics if isinstance(metrics, dict) and metrics else stage_report.summary
+    found = metrics if isinstance(metrics, dict) and metrics else stage_report.summary
+    return read_summary(stage_report.stage.kind, found) if found else None
 
 
 def _metrics(report) -> dict[tuple[str, str], tuple[float, bool]]:
@@ -71,18 +77,18 @@ def _metrics(report) -> dict[tuple[str, str], tuple[float, bool]]:
             out[(stage, metric)] = (_number(value), higher)
 
     for sr in report.stages:
-        m, sid = _stage_metrics(reader, sr), sr.stage.id
+        sid = sr.stage.id
+        m = _stage_metrics(reader, sr) if sr.stage.kind in ("evaluate", "finetune") else None
         if sr.stage.kind == "evaluate" and m:
-            put(sid, "held-out MLM accuracy", m.get("mlm_accuracy"))
-            put(sid, "held-out MLM loss", m.get("mlm_loss"), higher=False)
-            put(sid, "held-out NSP accuracy", m.get("nsp_accuracy"))
-            for task, tm in sorted((m.get("tasks") or {}).items()):  # a mixture's members
-                put(sid, f"held-out MLM accuracy, task {task}", tm.get("mlm_accuracy"))
+            put(sid, "held-out MLM accuracy", m.mlm_accuracy)
+            put(sid, "held-out MLM loss", m.mlm_loss, higher=False)
+            put(sid, "held-out NSP accuracy", m.nsp_accuracy)
+            for task, tm in sorted((m.tasks or {}).items()):  # a mixture's members
+                put(sid, f"held-out MLM accuracy, task {task}", tm.mlm_accuracy)
         elif sr.stage.kind == "finetune" and m:
-            sets = m.get("dev_sets") or ({"dev": m} if "accuracy" in m else {})
-            for name, scores in sets.items():
+            for name, scores in m.dev_scores().items():
                 put(sid, "dev accuracy" + ("" if name == "dev" else f", {name}"),
-                    scores.get("accuracy"))
+                    scores.values.get(ACCURACY))
         elif sr.stage.kind == "sweep" and sr.done:  # each setting's mean over its seeds
             sweep = _json(reader.text(reader.join(sr.dir, SWEEP_FILE)))
             for setting in sweep.get("settings") or []:

@@ -20,7 +20,7 @@ import os
 from typing import Optional
 
 from runexp.compiler import uris, wall_time
-from runexp.compiler.kinds import KINDS
+from runexp.compiler.kinds import KINDS, manifest_summary
 from runexp.compiler.model_sizes import parameter_count
 from runexp.compiler.packing import Packing, packing_of
 from runexp.compiler.plan import Plan
@@ -319,11 +319,10 @@ def _instances(plan: Plan, stage) -> tuple[Optional[int], str]:
 
         try:
             with open(stats, encoding="utf-8") as f:
-                summary = json.load(f).get("summary", {})
-            n = summary.get("train", {}).get("instances")
-            if n:
-                return int(n), "preprocess stats"
-        except (OSError, ValueError, AttributeError):
+                train = manifest_summary("preprocess", json.load(f)).train
+            if train is not None and train.instances:
+                return int(train.instances), "preprocess stats"
+        except (OSError, ValueError, TypeError):
             pass
     corpus = next((s for s in plan.stages if s.kind == "corpus"), None)
     source = pre

@@ -35,7 +35,9 @@ import math
 import os
 from typing import Optional
 
+from runexp.compiler.kinds import manifest_summary
 from runexp.compiler.specs import TrainSpec
+from runexp.compiler.specs.preprocess import PackedRows
 
 # Before preprocessing: the share of a row's tokens that are real, by sequence length, with
 # one instance a row and packed (bench/packing_data.py, short_seq_prob 0.1; the quickstart's
@@ -101,7 +103,7 @@ class Packing:
         return out
 
 
-def measured(manifest_path: str, fingerprint: Optional[str] = None) -> Optional[dict]:
+def measured(manifest_path: str, fingerprint: Optional[str] = None) -> Optional[PackedRows]:
     """The train split's packing entry of a finished preprocess stage's MANIFEST (of the
     stage with ``fingerprint``, when given: not an older build's), or None."""
     if not os.path.isfile(manifest_path):
@@ -111,10 +113,11 @@ def measured(manifest_path: str, fingerprint: Optional[str] = None) -> Optional[
             manifest = json.load(f)
         if fingerprint is not None and manifest.get("fingerprint") != fingerprint:
             return None
-        entry = manifest.get("summary", {}).get("train", {}).get("packing")
     except (OSError, ValueError, AttributeError):
         return None
-    return entry if isinstance(entry, dict) and entry.get("factor") else None
+    train = manifest_summary("preprocess", manifest).train
+    entry = train.packing if train is not None else None
+    return entry if entry is not None and entry.factor else None
 
 
 def packing_of(plan, stage) -> Optional[Packing]:
@@ -129,8 +132,8 @@ def packing_of(plan, stage) -> Optional[Packing]:
     entry = measured(os.path.join(pre.output_dir, "MANIFEST.json"), pre.fingerprint) \
         if pre is not None else None
     if entry is not None:
-        factor, fill = float(entry["factor"]), float(entry["fill"])
-        unpacked = float(entry["unpacked_fill"])
+        factor, fill = float(entry.factor), float(entry.fill)
+        unpacked = float(entry.unpacked_fill)
         source = f"measured by {pre.id}"
     else:
         factor, fill, unpacked = estimated_factor(p["max_seq_length"])

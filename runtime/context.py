@@ -2,10 +2,11 @@
 
 Every handler is a module in runtime/stages/ with one function:
 
-    def run(ctx: StageContext) -> dict
+    def run(ctx: StageContext) -> XSummary   # or a dict of its keys
 
-It writes its outputs under ``ctx.work_dir`` and returns a small JSON-able summary (counts,
-metrics) that the executor puts into MANIFEST.json. It never writes MANIFEST.json or
+It writes its outputs under ``ctx.work_dir`` and returns its summary (counts, metrics): the
+record its kind declares beside its spec (compiler/specs/outputs.py), or a dict the executor
+checks against it, which the executor puts into MANIFEST.json. It never writes MANIFEST.json or
 COMPLETED itself: the executor does, after the handler returned, so a crash never leaves a
 stage that looks done.
 """

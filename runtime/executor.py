@@ -3,8 +3,10 @@
 For every stage the executor decides (compiler/state.py) whether to create, rebuild, resume
 or reuse it; prepares its directory (a rebuilt stage's old output is moved aside, not
 deleted); writes STARTED.json; calls the handler `runtime/stages/<kind>.py: run(ctx)`; then
-writes MANIFEST.json and, last, COMPLETED. A crash or a kill at any moment leaves either a
-finished stage or one the next run redoes (training stages continue from checkpoints).
+writes MANIFEST.json (with the summary the handler returned, as its kind declares it:
+compiler/specs/outputs.py) and, last, COMPLETED. A crash or a kill at any moment leaves
+either a finished stage or one the next run redoes (training stages continue from
+checkpoints).
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from runexp.compiler import uris  # noqa: E402
 from runexp.compiler.errors import UserError
 from runexp.compiler.exit_codes import (EXIT_INTERRUPTED, EXIT_OK, EXIT_STAGE_FAILED,
                                         EXIT_USER_ERROR)
-from runexp.compiler.kinds import TF_KINDS, TRAINING_KINDS
+from runexp.compiler.kinds import KINDS, TF_KINDS, TRAINING_KINDS, read_summary
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
 from runexp.compiler.render import STYLES, SYMBOLS
 from runexp.compiler.selection import select
+from runexp.compiler.specs.outputs import Summary
 from runexp.compiler.state import (CREATE, REBUILD, RESUME, REUSE, SKIP, STARTED_FILE,
                                    StageState, plan_states)
 from runexp.compiler.terminal import highlight, paint
@@ -46,6 +49,9 @@ SUPERSEDED_DIR = ".superseded"
 # Absolute time (time.time()) by which training stops with a checkpoint; set by the CLI from
 # experiment.wall_time_hours at the first launch, so relaunches share one budget.
 DEADLINE_ENV = "RUNEXP_DEADLINE_UNIX"
+# Set (the tests set it): a handler's summary key its kind does not declare raises; unset,
+# it is written and warned about (a finished stage is not failed for a bookkeeping slip).
+STRICT_SUMMARIES_ENV = "RUNEXP_STRICT_SUMMARIES"
 
 
 def _say(message: str) -> None:
@@ -97,6 +103,26 @@ def _headline(stage: Stage, summary: dict) -> str:
         elif isinstance(value, (int, str)) and len(str(value)) < 60:
             parts.append(f"{key}={value}")
     return ", ".join(parts)
+
+
+def declared_summary(kind: str, returned) -> dict:
+    """The summary a handler returned, as MANIFEST.json holds it: a record's dict, or a dict
+    checked against the kind's record (compiler/specs/outputs.py)."""
+    record = KINDS[kind].summary
+    if isinstance(returned, Summary):
+        if not isinstance(returned, record):
+            raise TypeError(f"the {kind} handler returned a {type(returned).__name__}, not a "
+                            f"{record.__name__}")
+        return returned.to_dict()
+    summary = dict(returned or {})
+    wrong = record.undeclared(summary)
+    if wrong:
+        message = (f"the {kind} handler's summary has keys {record.__name__} does not declare: "
+                   f"{', '.join(wrong)} (declare them in compiler/specs/)")
+        if os.environ.get(STRICT_SUMMARIES_ENV):
+            raise ValueError(message)
+        _say(f"    WARNING: {message}")
+    return summary
 
 
 def _started_record(stage: Stage) -> dict:
@@ -166,7 +192,7 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
         local = mirror.local_stage(view, resume=state.action == RESUME, in_place=in_place)
         ctx = StageContext(stage=local, plan=plan, work_dir=local.output_dir,
                            sync=mirror.stage_sync(stage, local.output_dir))
-    summary = handler.run(ctx) or {}
+    summary = declared_summary(stage.kind, handler.run(ctx))
     ctx.sync()  # after the checkpoint upload in flight, if any
     storage.write_text(storage.join(stage.output_dir, MANIFEST_FILE),
                        _json(_manifest(stage, summary, time.time() - start)))
@@ -178,45 +204,52 @@ def run_stage(plan: Plan, stage: Stage, state: StageState, mirror=None) -> dict:
 
 def _read_summary(stage: Stage) -> dict:
     try:
-        return json.loads(storage.read_text(storage.join(stage.output_dir, MANIFEST_FILE))
-                          ).get("summary", {})
+        manifest = json.loads(storage.read_text(storage.join(stage.output_dir, MANIFEST_FILE)))
     except (OSError, ValueError, storage.StorageError):
         return {}
+    return manifest.get("summary") or {} if isinstance(manifest, dict) else {}
 
 
 def _results(plan: Plan, summaries: dict) -> list[str]:
+    """The console's closing lines: each stage's directory, then the headline scores of the
+    summaries (stage id -> MANIFEST summary) as their kinds declare them."""
     lines = ["", "Results:"]
     for stage in plan.stages:
         lines.append(f"  {stage.id:<28} {stage.output_dir}")
-    ev = summaries.get("evaluate")
-    if ev and "mlm_accuracy" in ev:
-        lines.append(f"  held-out MLM accuracy {ev['mlm_accuracy']:.3f} (always predicting the "
-                     f"most frequent token: {ev.get('majority_token_accuracy', float('nan')):.3f})"
-                     + (f", NSP accuracy {ev['nsp_accuracy']:.3f}" if "nsp_accuracy" in ev else ""))
+    got = {s.id: read_summary(s.kind, summaries[s.id]) for s in plan.stages
+           if s.id in summaries}
+    ev = got.get("evaluate")
+    if ev and ev.mlm_accuracy is not None:
+        baseline = ev.majority_token_accuracy
+        lines.append(f"  held-out MLM accuracy {ev.mlm_accuracy:.3f} (always predicting the "
+                     f"most frequent token: "
+                     f"{float('nan') if baseline is None else baseline:.3f})"
+                     + (f", NSP accuracy {ev.nsp_accuracy:.3f}"
+                        if ev.nsp_accuracy is not None else ""))
     for stage in plan.stages:
-        s = summaries.get(stage.id, {})
-        names = s.get("metrics") or ["accuracy"]  # the task's metrics (older runs: accuracy)
-        if stage.kind != "finetune" or names[0] not in s:
+        s = got.get(stage.id)
+        if stage.kind != "finetune" or s is None:
             continue
-        sets = s.get("dev_sets") or {"dev": s}
-        for name, scores in sets.items():
+        names = s.scored_by  # the task's metrics (older runs: accuracy)
+        for name, scores in s.dev_scores().items():
             label = "dev" if name == "dev" else f"dev set {name}:"
-            values = ", ".join(f"{m} {scores[m]:.3f}" for m in names if m in scores)
-            baseline = (f" (majority class: {scores['majority_baseline']:.3f})"
-                        if "majority_baseline" in scores else "")
+            values = ", ".join(f"{m} {scores.values[m]:.3f}" for m in names
+                               if m in scores.values)
+            baseline = (f" (majority class: {scores.majority_baseline:.3f})"
+                        if scores.majority_baseline is not None else "")
             lines.append(f"  {stage.id}: {label} {values}{baseline}")
     for stage in plan.stages:  # a fine-tuning sweep: its selection (runtime/stages/sweep.py)
-        s = summaries.get(stage.id, {})
-        if stage.kind == "sweep" and s.get("selected") is not None:
-            spread = f" ± {s['std']:.3f}" if s.get("std") is not None else ""
-            lines.append(f"  {stage.id}: selected {s['selected']} (dev {s.get('metric')} "
-                         f"{s['mean']:.3f}{spread} over its seeds) of {s.get('points')} "
-                         f"points; exported {s.get('exported')}; the grid: "
+        s = got.get(stage.id)
+        if stage.kind == "sweep" and s is not None and s.selected is not None:
+            spread = f" ± {s.std:.3f}" if s.std is not None else ""
+            lines.append(f"  {stage.id}: selected {s.selected} (dev {s.metric} "
+                         f"{s.mean:.3f}{spread} over its seeds) of {s.points} "
+                         f"points; exported {s.exported}; the grid: "
                          f"{stage.id}/sweep.json, grid.png")
-    suite = summaries.get("suite")
-    if suite and suite.get("glue_average") is not None:
-        lines.append(f"  GLUE average {suite['glue_average']:.3f} over "
-                     f"{', '.join(suite['glue_tasks'])} (WNLI left out; suite/suite.json)")
+    suite = got.get("suite")
+    if suite and suite.glue_average is not None:
+        lines.append(f"  GLUE average {suite.glue_average:.3f} over "
+                     f"{', '.join(suite.glue_tasks)} (WNLI left out; suite/suite.json)")
     return lines
 
 

@@ -39,11 +39,13 @@ from typing import Sequence
 
 import numpy as np
 
+from runexp.compiler.specs.bad_input import WORD_SEGMENTER, counted_by
 from runexp.tasks.wordpiece import WordPieceTokenizer, _is_cjk
 
 SEGMENTERS = ("jieba",)
-# The input issue kind (tasks/text_files.py) of lines whose words could not be aligned.
-UNSEGMENTED = "unsegmented_lines"
+# The input issue kind (compiler/specs/bad_input.py) of lines whose words could not be
+# aligned.
+(UNSEGMENTED,) = counted_by(WORD_SEGMENTER)
 INSTALL_HINT = "pip install 'jieba>=0.42,<0.43' (or runexp[chinese])"
 
 # BERT's CJK ideographs (wordpiece._is_cjk), as a character class.

@@ -3,8 +3,8 @@ read: expanding globs, reading a file's lines by byte segments and counting bad 
 documents of whole files in any text format are tasks/text_documents.py's.
 
 Bad input never crashes a run and is never dropped silently: ``InputIssues`` counts it, with
-up to ``MAX_SAMPLES`` ``file:line`` samples of each kind (``ISSUE_MEANINGS``: what each
-means and what to do):
+up to ``MAX_SAMPLES`` ``file:line`` samples of each kind. The kinds, what each means and what
+to do are declared once, in compiler/specs/bad_input.py:
 
 - ``non_utf8_lines``: lines with bytes that are not UTF-8; the bad bytes become U+FFFD, which
   BERT's tokenizer drops, and the rest of the line is kept.
@@ -40,35 +40,17 @@ import dataclasses
 from typing import Iterable, Iterator, Optional
 
 from runexp.compiler import globs
+from runexp.compiler.specs.bad_input import BAD_INPUT_KINDS, EVERY_FORMAT, JSONL, counted_by
 from runexp.tasks import input_files
 
 MAX_LINE_CHARS = 1 << 20
 MAX_SAMPLES = 5
-ISSUE_KINDS = ("non_utf8_lines", "giant_lines", "empty_files", "empty_documents")
-JSONL_ISSUE_KINDS = ("invalid_json_lines", "missing_text_lines", "empty_text_lines")
-ALL_ISSUE_KINDS = ISSUE_KINDS + JSONL_ISSUE_KINDS
+ISSUE_KINDS = counted_by(EVERY_FORMAT)
+JSONL_ISSUE_KINDS = counted_by(JSONL)
+ALL_ISSUE_KINDS = tuple(BAD_INPUT_KINDS)
 
 # What each kind means and what to do about it (``InputIssues.describe``).
-ISSUE_MEANINGS = {
-    "non_utf8_lines": "bytes that are not UTF-8 became U+FFFD and were dropped, the rest of "
-                      "each line kept; re-encode the files as UTF-8 (iconv -t UTF-8)",
-    "giant_lines": "lines over 1 MiB (64 MiB for jsonl) were skipped; break them up: one "
-                   "sentence, paragraph or JSON object per line",
-    "empty_files": "files with no text were read; check how they were written, or leave "
-                   "them out of the globs",
-    "empty_documents": "documents that give no token at all were left out; check that the "
-                       "text is what the vocab reads (encoding, language)",
-    "invalid_json_lines": "jsonl lines that are not a JSON object were skipped; each line "
-                          "must be one object such as {\"text\": \"...\"}",
-    "missing_text_lines": "jsonl objects without a string in the text field were skipped; "
-                          "set text_field to the key holding the text (a dotted path such "
-                          "as meta.body for a nested one)",
-    "empty_text_lines": "jsonl objects whose text is empty were skipped; leave them out "
-                        "when writing the files if that is expected",
-    # With a word segmenter (tasks/chinese_words.py), counted from zero.
-    "unsegmented_lines": "lines whose segmented Chinese words could not be lined up with "
-                         "BERT's characters keep character masking; please report one",
-}
+ISSUE_MEANINGS = {k.name: k.meaning for k in BAD_INPUT_KINDS.values()}
 
 
 def _issue_order(kind: str) -> tuple:

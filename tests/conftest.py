@@ -13,10 +13,14 @@
   request timeout are generous, they only end a hang: the faults are counted in tries, and a
   busy machine must not add a timeout of its own) and zeroed retry counters, restored
   afterwards.
+
+Every test, and every `runexp` it starts, runs with RUNEXP_STRICT_SUMMARIES set: a handler's
+summary key its kind does not declare fails the stage (runtime/executor.py).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -26,6 +30,8 @@ import urllib.request
 import uuid
 
 import pytest
+
+os.environ["RUNEXP_STRICT_SUMMARIES"] = "1"
 
 EMULATOR_BUCKET = "runexp-test"
 

@@ -1,10 +1,13 @@
-"""The corpus stage's settings: the built-in corpus made from the Python standard library."""
+"""The corpus stage's settings (the built-in corpus made from the Python standard library)
+and its summary."""
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from runexp.compiler.specs.base import Spec, setting
+from runexp.compiler.specs.outputs import Summary, output
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,3 +26,35 @@ class CorpusSpec(Spec):
     seed: int = setting(12345, "seed of the splits")
     python_version: str = setting("", "the Python whose library is read (the running one)",
                                   gin=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusText(Summary):
+    """One text file of the corpus."""
+
+    documents: Optional[int] = output("documents")
+    sentences: Optional[int] = output("sentences (lines)")
+    bytes: Optional[int] = output("bytes of text")
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusExamples(Summary):
+    """The fine-tune task's examples."""
+
+    train: Optional[int] = output("examples of finetune_train.tsv")
+    dev: Optional[int] = output("examples of finetune_dev.tsv (from held-out documents)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusSummary(Summary):
+    """The corpus stage's summary."""
+
+    train: Optional[CorpusText] = output("train.txt", record=CorpusText)
+    heldout: Optional[CorpusText] = output("heldout.txt", record=CorpusText)
+    finetune_examples: Optional[CorpusExamples] = output("the fine-tune task's examples",
+                                                         record=CorpusExamples)
+    labels: Optional[list] = output("the fine-tune task's labels (stdlib packages)")
+
+    def splits(self) -> dict:
+        """The text files written, by name, train first."""
+        return self.entries(CorpusText)

@@ -1,4 +1,6 @@
-"""The parameter tables of docs/STAGES.md, made from the specs (a test keeps them equal).
+"""The generated tables of docs/STAGES.md: each kind's params (its spec) and summary (its
+summary record), the phases, the source formats and the bad-input kinds (a test keeps them
+equal).
 
     python -m runexp.compiler.specs.docs --write docs/STAGES.md   # refresh the tables
 """
@@ -10,6 +12,7 @@ import re
 import sys
 
 from runexp.compiler.kinds import KINDS
+from runexp.compiler.specs.bad_input import BAD_INPUT_KINDS
 from runexp.compiler.specs.base import REQUIRED
 from runexp.compiler.specs.phases import PHASE_SETTINGS
 from runexp.compiler.specs.source_formats import RECORD_FILES, SOURCE_FORMATS, TEXT_FILES
@@ -18,6 +21,9 @@ BEGIN = "<!-- params:{kind} (made by: python -m runexp.compiler.specs.docs) -->"
 END = "<!-- /params -->"
 PHASES = "phases"  # the table of what a pretraining phase may set (train.phases)
 FORMATS = "formats"  # the table of source formats (compiler/specs/source_formats.py)
+BAD_INPUT = "bad_input"  # the table of bad-input kinds (compiler/specs/bad_input.py)
+SUMMARY_BEGIN = "<!-- summary:{kind} (made by: python -m runexp.compiler.specs.docs) -->"
+SUMMARY_END = "<!-- /summary -->"
 
 
 def _value(value) -> str:
@@ -81,18 +87,47 @@ def formats_table() -> str:
     return "\n".join(rows)
 
 
+def _summary_type(annotation: str) -> str:
+    match = re.fullmatch(r"Optional\[(.*)\]", annotation.replace(" ", ""))
+    base = match.group(1) if match else annotation
+    return base if base in ("int", "float", "str", "bool", "list", "any") else "object"
+
+
+def summary_table(kind: str) -> str:
+    """A markdown table of the kind's summary: key (nested ones dotted), type, whether it is
+    always written, doc."""
+    rows = ["| key | type | written | what |", "| --- | --- | --- | --- |"]
+    for key in KINDS[kind].summary.keys():
+        rows.append(f"| `{key.name}` | {_summary_type(key.type)} | "
+                    f"{'when set' if key.optional else 'always'} | {key.doc} |")
+    return "\n".join(rows)
+
+
+def bad_input_table() -> str:
+    """A markdown table of the bad-input kinds: the summary's key, which readers count it,
+    what the report calls it, and what it means and what to do."""
+    rows = ["| kind | counted by | the report's name | what it means, what to do |",
+            "| --- | --- | --- | --- |"]
+    for k in BAD_INPUT_KINDS.values():
+        rows.append(f"| `{k.name}` | {k.counted} | {k.label} | {k.meaning} |")
+    return "\n".join(rows)
+
+
+def _tables():
+    """(begin marker, end marker, table) of every generated table."""
+    for kind in KINDS:
+        yield BEGIN.format(kind=kind), END, params_table(kind)
+        yield SUMMARY_BEGIN.format(kind=kind), SUMMARY_END, summary_table(kind)
+    yield BEGIN.format(kind=PHASES), END, phases_table()
+    yield BEGIN.format(kind=FORMATS), END, formats_table()
+    yield BEGIN.format(kind=BAD_INPUT), END, bad_input_table()
+
+
 def refresh(text: str) -> str:
     """``text`` with every generated table replaced by the current one."""
-    for kind in [*KINDS, PHASES, FORMATS]:
-        if kind == FORMATS:
-            table = formats_table()
-        elif kind == PHASES:
-            table = phases_table()
-        else:
-            table = params_table(kind)
-        pattern = re.compile(re.escape(BEGIN.format(kind=kind)) + r"\n.*?" + re.escape(END),
-                             re.S)
-        text = pattern.sub(lambda _: f"{BEGIN.format(kind=kind)}\n{table}\n{END}", text)
+    for begin, end, table in _tables():
+        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+        text = pattern.sub(lambda _: f"{begin}\n{table}\n{end}", text)
     return text
 
 
@@ -107,9 +142,10 @@ def main(argv=None) -> int:
             f.write(refresh(text))
         return 0
     for kind in KINDS:
-        print(f"## {kind}\n\n{params_table(kind)}\n")
+        print(f"## {kind}\n\n{params_table(kind)}\n\nsummary:\n\n{summary_table(kind)}\n")
     print(f"## {PHASES} (train.phases)\n\n{phases_table()}\n")
     print(f"## {FORMATS} (bert_pretraining_task.format)\n\n{formats_table()}\n")
+    print(f"## {BAD_INPUT} (the preprocess summary's)\n\n{bad_input_table()}\n")
     return 0
 
 

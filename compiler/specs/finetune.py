@@ -1,4 +1,5 @@
-"""The finetune stage's settings: a classification task and how it is trained."""
+"""The finetune stage's settings (a classification task and how it is trained) and its
+summary: each dev set's scores."""
 
 from __future__ import annotations
 
@@ -6,7 +7,9 @@ import dataclasses
 from typing import Optional
 
 from runexp.compiler.specs.base import Spec, nested, setting
-from runexp.compiler.specs.task_kinds import KINDS, TaskKind, metric_names, task_kind
+from runexp.compiler.specs.outputs import Summary, output
+from runexp.compiler.specs.task_kinds import (ACCURACY, KINDS, METRICS, TaskKind, metric_names,
+                                              task_kind)
 from runexp.compiler.specs.train import OptimizerSpec, TrainSpec
 
 
@@ -77,3 +80,69 @@ class FinetuneSpec(Spec):
         """The optimizer: this spec's rate, warmup and decay; the rest OptimizerSpec's."""
         return OptimizerSpec(learning_rate=self.learning_rate, warmup_steps=self.warmup_steps,
                              weight_decay=self.weight_decay)
+
+
+@dataclasses.dataclass(frozen=True)
+class Scores(Summary):
+    """A dev set's scores."""
+
+    values: dict = output("each metric's score, by its name (compiler/specs/task_kinds.py)",
+                          spread=dict, keys=tuple(METRICS), named="metric")
+    majority_baseline: Optional[float] = output(
+        "the baseline: accuracy of always predicting the train set's most frequent label (a "
+        "classification's)", optional=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class DevScores(Scores):
+    """One dev set's scores, and how many examples they are of."""
+
+    examples: Optional[int] = output("dev examples scored", optional=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSummary(Summary):
+    """The finetune stage's summary; its metrics.json holds the same and the labels.
+
+    Runs older than task kinds and several dev sets wrote the accuracy (and
+    ``majority_baseline``) alone: read, they are the scores of one dev set named "dev"."""
+
+    scores: Scores = output("the first dev set's scores", spread=Scores)
+    kind: Optional[str] = output("the task's kind (compiler/specs/task_kinds.py)")
+    metrics: Optional[list] = output("the metrics each dev set is scored by")
+    dev_sets: Optional[dict] = output("each dev set's scores", each=DevScores, named="dev set")
+    num_labels: Optional[int] = output("the classifier's outputs (1: a regression)")
+    dev_examples: Optional[int] = output("dev examples over every dev set")
+    train_examples: Optional[int] = output("training examples")
+    step: Optional[int] = output("the fine-tuned checkpoint's training step (not a sweep's "
+                                 "mean)", optional=True)
+
+    @property
+    def scored_by(self) -> list:
+        """The metrics each dev set is scored by (older runs: accuracy)."""
+        return list(self.metrics or [ACCURACY])
+
+    def dev_scores(self) -> dict:
+        """Each dev set's scores (an older run's: its one set, "dev"); {} without any."""
+        if self.dev_sets:
+            return dict(self.dev_sets)
+        if self.scored_by[0] not in self.scores.values:
+            return {}
+        return {"dev": DevScores.read(self.scores.to_dict())}
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneMetrics(FinetuneSummary):
+    """A finetune stage's metrics.json: its summary, and what the export reads besides."""
+
+    majority_label: Optional[str] = output("the train set's most frequent label",
+                                           optional=True)
+    labels: Optional[list] = output("the label names, in the classifier's output order",
+                                    optional=True)
+    train_loss: Optional[float] = output("the last training window's loss", optional=True)
+    initialised_from: Optional[str] = output("where the encoder's weights came from",
+                                             optional=True)
+    text_fields: Optional[list] = output("the task's text fields (runs that record them)",
+                                         optional=True)
+    max_seq_length: Optional[int] = output("its tokens per example (runs that record them)",
+                                           optional=True)

@@ -1,4 +1,5 @@
-"""The preprocess stage's settings: how a corpus becomes BERT pretraining examples.
+"""The preprocess stage's settings (how a corpus becomes BERT pretraining examples) and its
+summary.
 
 `bert_pretraining_task` in gin; a task's scope is its name (`wiki/bert_pretraining_task.*`).
 """
@@ -6,8 +7,10 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Optional
 
 from runexp.compiler.specs.base import Spec, nested, setting
+from runexp.compiler.specs.outputs import Summary, output
 from runexp.compiler.specs.runner import RunnerSpec
 from runexp.compiler.specs.source import SourceSpec
 
@@ -127,3 +130,70 @@ class PreprocessSpec(Spec):
             return m.max_predictions_per_seq
         return packed_max_predictions(self.max_seq_length, m.max_predictions_per_seq,
                                       m.masked_lm_prob)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedRows(Summary):
+    """A packed split's rows (tasks/pretraining_shards.py packing_summary)."""
+
+    instances: Optional[int] = output("instances packed")
+    rows: Optional[int] = output("rows they fill")
+    factor: Optional[float] = output("instances a row")
+    fill: Optional[float] = output("real tokens over row tokens")
+    unpacked_fill: Optional[float] = output("the same with one instance a row")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitCounts(Summary):
+    """One split's examples."""
+
+    documents: Optional[int] = output("documents read", optional=True)
+    instances: Optional[int] = output("instances (examples) written")
+    tokens: Optional[int] = output("tokens in them")
+    masked: Optional[int] = output("masked positions (0 when masked at training time)")
+    packing: Optional[PackedRows] = output("a packed split's rows", record=PackedRows,
+                                           optional=True)
+    input_bytes: Optional[int] = output("ready-made examples: bytes read", optional=True)
+    files: Optional[int] = output("ready-made examples: files read", optional=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class InputIssue(Summary):
+    """One kind of bad input (compiler/specs/bad_input.py)."""
+
+    count: Optional[int] = output("how many")
+    samples: Optional[list] = output("up to 5 of them, file:line (file:0 for a whole file)")
+
+    @classmethod
+    def _from_value(cls, value: Any) -> "InputIssue":
+        return cls(count=value)  # an early summary's bare count
+
+
+@dataclasses.dataclass(frozen=True)
+class PreprocessSummary(Summary):
+    """The preprocess stage's summary: the splits built and what they cost."""
+
+    train: Optional[SplitCounts] = output("the train split", record=SplitCounts,
+                                          optional=True)
+    validation: Optional[SplitCounts] = output("the validation split", record=SplitCounts,
+                                               optional=True)
+    num_shards: Optional[int] = output("ready-made examples: shards cached", optional=True)
+    dynamic_masking: Optional[bool] = output("true when the train split is masked at "
+                                             "training time", optional=True)
+    unk_rate: Optional[float] = output("share of [UNK] tokens in the documents",
+                                       optional=True)
+    input_bytes: Optional[int] = output("bytes of text in the splits", optional=True)
+    input_bytes_read: Optional[int] = output("bytes read by all workers together",
+                                             optional=True)
+    read_per_input_byte: Optional[float] = output("their ratio", optional=True)
+    split_index_bytes: Optional[int] = output("with keep_split_index: the tokenised splits' "
+                                              "bytes", optional=True)
+    bad_input: Optional[dict] = output("each kind of bad input (compiler/specs/bad_input.py) "
+                                       "counted", each=InputIssue, optional=True,
+                                       named="kind")
+    seconds: Optional[float] = output("seconds building the splits")
+    mb_per_s: Optional[float] = output("ready-made examples: MB read a second", optional=True)
+
+    def splits(self) -> dict:
+        """The splits built, by name, train first."""
+        return self.entries(SplitCounts)

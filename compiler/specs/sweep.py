@@ -12,6 +12,8 @@ import dataclasses
 from typing import Optional
 
 from runexp.compiler.specs.base import Spec, setting
+from runexp.compiler.specs.finetune import FinetuneMetrics
+from runexp.compiler.specs.outputs import Summary, output
 
 # How a point's settings are chosen, recorded in the plan (and so in the fingerprint).
 RULE = ("the setting with the highest mean dev score over its seeds (ties: the first in the "
@@ -39,3 +41,29 @@ class SweepSpec(Spec):
     varied: tuple[str, ...] = setting((), "the swept stage params besides the seed, in the "
                                           "points' order", gin=None)
     rule: str = setting(RULE, "how the selected point is chosen", gin=None)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepSummary(Summary):
+    """The sweep stage's summary (sweep.json holds the grid)."""
+
+    selected: Optional[str] = output("the selected setting (a point without its seed)")
+    mean: Optional[float] = output("its dev score, the mean over its seeds")
+    std: Optional[float] = output("their sample standard deviation (None for one seed)")
+    exported: Optional[str] = output("the point the export takes")
+    points: Optional[int] = output("points in the grid")
+    metric: Optional[str] = output("what the dev score is: select_metric, or the task score")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepMetrics(FinetuneMetrics):
+    """A sweep stage's metrics.json: the selected setting's dev-set scores, each the mean
+    over its seeds, in the finetune stage's layout (a suite scores a swept task by it, the
+    export reads its labels)."""
+
+    std: Optional[dict] = output("each dev set's metrics' sample standard deviation over the "
+                                 "seeds (None for one seed)")
+    point: Optional[str] = output("the selected setting")
+    points: Optional[list] = output("its points (one per seed)")
+    seeds: Optional[int] = output("how many")
+    exported: Optional[str] = output("the point the export takes")

@@ -19,10 +19,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence
 
+# The metric of every classification, and of runs older than task kinds.
+ACCURACY = "accuracy"
 # Metric name -> what it is. Classification metrics compare label ids; regression metrics
 # compare float scores.
 CLASSIFICATION_METRICS = {
-    "accuracy": "fraction of examples whose predicted label is the gold one",
+    ACCURACY: "fraction of examples whose predicted label is the gold one",
     "f1": "F1 of the positive class (the second label, as GLUE's MRPC and QQP '1')",
     "mcc": "Matthews correlation coefficient (GLUE's CoLA)",
 }
@@ -55,8 +57,8 @@ class TaskKind:
 
 
 KINDS: dict[str, TaskKind] = {k.name: k for k in (
-    TaskKind("single_sentence", 1, False, ("accuracy",)),
-    TaskKind("sentence_pair", 2, False, ("accuracy",)),
+    TaskKind("single_sentence", 1, False, (ACCURACY,)),
+    TaskKind("sentence_pair", 2, False, (ACCURACY,)),
     TaskKind("regression", None, True, ("pearson", "spearman")),
 )}
 

@@ -1,4 +1,5 @@
-"""The pretrain stage's settings: optimizer, schedule and the training loop.
+"""The pretrain stage's settings (optimizer, schedule and the training loop) and its
+summary.
 
 `train` in gin (plus `train.task`, which names the task or mixture to train on).
 """
@@ -9,6 +10,7 @@ import dataclasses
 from typing import Optional
 
 from runexp.compiler.specs.base import Spec, nested, setting
+from runexp.compiler.specs.outputs import Summary, output
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,3 +92,68 @@ class TrainSpec(Spec):
     deadline_margin_s: Optional[float] = setting(None, "seconds kept free before the deadline "
                                                        "(experiment.wall_time_margin_minutes)",
                                                  planned=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingEval(Summary):
+    """The last held-out evaluation during training (train.eval_every)."""
+
+    mlm_accuracy: Optional[float] = output("masked-LM accuracy")
+    nsp_accuracy: Optional[float] = output("next-sentence accuracy")
+    loss: Optional[float] = output("loss (MLM + NSP)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedBatches(Summary):
+    """What a step trained on, with packed rows (compiler/packing.py)."""
+
+    rows_per_step: Optional[int] = output("rows a step")
+    batch_counts: Optional[str] = output("what batch_size counted: instances or rows")
+    factor: Optional[float] = output("the measured instances a row")
+
+
+@dataclasses.dataclass(frozen=True)
+class InitCheckpointReport(Summary):
+    """How init_checkpoint was loaded."""
+
+    loaded: Optional[int] = output("variables loaded")
+    missing: Optional[list] = output("the model's variables it lacks (left at their initial "
+                                     "values)")
+    unused: Optional[list] = output("its variables the model has no use for")
+    source: Optional[str] = output("google or huggingface")
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseStart(Summary):
+    """How a later pretraining phase started from the previous one."""
+
+    checkpoint: Optional[str] = output("the previous phase's final checkpoint")
+    step: Optional[int] = output("its step")
+    optimizer_state: Optional[str] = output("reset or carry (train.optimizer_state)")
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainSummary(Summary):
+    """The pretrain stage's summary: the last training window's metrics and how the run
+    went."""
+
+    step: Optional[int] = output("the last step trained")
+    loss: Optional[float] = output("training loss (MLM + NSP), last log window")
+    mlm_accuracy: Optional[float] = output("masked-LM accuracy, last log window")
+    nsp_accuracy: Optional[float] = output("next-sentence accuracy, last log window")
+    examples_per_second: Optional[float] = output("training throughput, last log window")
+    steps_trained: Optional[int] = output("steps this attempt trained")
+    resumed_from: Optional[int] = output("the checkpoint step this attempt resumed from")
+    batches_consumed: Optional[int] = output("global batches of the data stream read")
+    parameters: Optional[int] = output("the model's parameters")
+    deadline_seconds_left: Optional[float] = output(
+        "with a wall-time budget: seconds left before the deadline at the end", optional=True)
+    eval: Optional[TrainingEval] = output("the last held-out evaluation during training",
+                                          record=TrainingEval, optional=True)
+    packing: Optional[PackedBatches] = output("with packed rows: what a step trained on",
+                                              record=PackedBatches, optional=True)
+    init_checkpoint: Optional[InitCheckpointReport] = output(
+        "with init_checkpoint: how it was loaded", record=InitCheckpointReport, optional=True)
+    previous_phase: Optional[PhaseStart] = output(
+        "a later phase, started fresh: the checkpoint it started from", record=PhaseStart,
+        optional=True)

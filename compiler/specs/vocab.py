@@ -1,4 +1,4 @@
-"""The vocab stage's settings: adopt a vocabulary file, or train one."""
+"""The vocab stage's settings (adopt a vocabulary file, or train one) and its summary."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import dataclasses
 from typing import Optional
 
 from runexp.compiler.specs.base import Spec, setting
+from runexp.compiler.specs.outputs import Summary, output
 
 
 # BERT's special tokens, ids 0..4 in the vocabularies runexp trains; an adopted vocab.txt
@@ -34,3 +35,17 @@ class VocabSpec(Spec):
     def _check_values(self, skip: tuple = ()) -> None:
         # An adopted vocab's size is counted in its file: the bounds are for training one.
         super()._check_values(skip + (("vocab_size",) if self.vocab_path else ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabSummary(Summary):
+    """The vocab stage's summary (report.json holds more)."""
+
+    vocab_size: Optional[int] = output("tokens in the vocabulary")
+    unk_rate: Optional[float] = output("share of [UNK] pieces in the diagnostic text")
+    pieces_per_word: Optional[float] = output("pieces per whitespace word there")
+    type: Optional[str] = output("wordpiece or sentencepiece")
+    diagnostics_on: Optional[str] = output("the diagnostic text: heldout, train sample, or no "
+                                           "text (none given)")
+    warning: Optional[str] = output("why the vocab looks wrong (an UNK rate over 1%), also "
+                                    "printed", optional=True)

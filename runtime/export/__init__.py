@@ -9,7 +9,13 @@
   ``bert_pack_inputs``).
 - ``classifier.py``: a fine-tuned classifier: strings (or ids) in, logits, probabilities and
   label names out.
+- ``huggingface.py``: a transformers BERT directory (config, safetensors weights, tokenizer).
 - ``readme.py``: the export directory's README.md.
+- ``artifacts.py``: the table of what the export writes (what each artifact is, how it is
+  loaded, how it is written), which the export stage, the README and the report read; it
+  imports none of the TensorFlow modules above until an artifact is written.
+  ``artifact.py``: the base of a row (``Artifact``) and what its methods are given.
 
-TensorFlow and tensorflow_text are imported here, so only the export stage imports this.
+encoder.py, preprocessing.py and classifier.py import TensorFlow and tensorflow_text, so only
+the export stage imports them.
 """

@@ -10,7 +10,9 @@ import json
 import os
 from typing import Optional
 
+from runexp.compiler.kinds import KINDS, read_summary
 from runexp.compiler.plan import COMPLETED_FILE, MANIFEST_FILE, Plan, Stage
+from runexp.compiler.specs.outputs import Summary
 from runexp.runtime.report import curves
 from runexp.compiler.estimates import estimates as plan_estimates
 from runexp.runtime import storage
@@ -109,7 +111,16 @@ class StageReport:
 
     @property
     def summary(self) -> dict:
+        """The MANIFEST summary as written (the curves' references read it so)."""
         return self.manifest.get("summary") or {}
+
+    @property
+    def outputs(self) -> Summary:
+        """The summary as the stage's kind declares it (compiler/specs/outputs.py): every
+        key an attribute, None when this manifest lacks it."""
+        if self.stage.kind not in KINDS:  # a plan from a newer runexp
+            return Summary()
+        return read_summary(self.stage.kind, self.summary)
 
     @property
     def done(self) -> bool:

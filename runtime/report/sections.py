@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import datetime
+import html
 import math
+import re
 from typing import Optional
 
 from runexp.compiler.specs import FinetuneSpec, TrainSpec
+from runexp.compiler.specs.bad_input import BAD_INPUT_KINDS
+from runexp.compiler.specs.task_kinds import ACCURACY
+from runexp.runtime.export import artifacts
 from runexp.runtime.report import curves
 from runexp.runtime.report.collect import (BOOKKEEPING, STATUS_TEXT, Report, RootReader,
                                            StageReport)
@@ -71,7 +76,7 @@ def _section_time(r: Report) -> str:
         est_s = est.hours * 3600 if est is not None and est.hours is not None else None
         act_s = sr.manifest.get("seconds") if sr.done else None
         note = ""
-        if sr.done and sr.summary.get("resumed_from"):
+        if sr.done and sr.stage.kind == "pretrain" and sr.outputs.resumed_from:
             note = "resumed: the last attempt only"
         elif not sr.done:
             note = STATUS_TEXT[sr.status]
@@ -118,68 +123,70 @@ def _section_time(r: Report) -> str:
             + "".join(f"<p class='note'>{n}</p>" for n in notes))
 
 
+def _evaluate_rows(r: Report, sr: StageReport) -> list[tuple]:
+    s, sid, chance = sr.outputs, sr.stage.id, curves.nsp_chance(r.plan)
+    base = s.majority_token_accuracy
+    at = f" (step {s.step:,}, {s.examples:,} examples)" \
+        if isinstance(s.step, int) and isinstance(s.examples, int) else ""
+    rows = [(sid, "held-out MLM accuracy" + at, pct(s.mlm_accuracy),
+             f"most frequent token: {pct(base)}", compare(s.mlm_accuracy, base))]
+    if s.nsp_accuracy is not None:
+        rows.append((sid, "held-out NSP accuracy", pct(s.nsp_accuracy),
+                     f"chance: {pct(chance)}" if chance else "—", compare(s.nsp_accuracy, chance)))
+    vocab = (sr.stage.params.get("model") or {}).get("vocab_size")
+    if s.mlm_loss is not None:
+        uniform = math.log(vocab) if vocab else None
+        rows.append((sid, "held-out MLM loss", f"{s.mlm_loss:.3f}",
+                     f"uniform guess: ln {vocab} = {uniform:.3f}" if uniform else "—",
+                     compare(s.mlm_loss, uniform, higher_is_better=False, percent=False)))
+    for task, ts in (s.tasks or {}).items():
+        tb = base if ts.majority_token_accuracy is None else ts.majority_token_accuracy
+        rows.append((sid, f"held-out MLM accuracy, task {task}", pct(ts.mlm_accuracy),
+                     f"most frequent token: {pct(tb)}", compare(ts.mlm_accuracy, tb)))
+    return rows
+
+
+def _pretrain_rows(r: Report, sr: StageReport) -> list[tuple]:
+    s, sid, rows = sr.outputs, sr.stage.id, []
+    ev = next((e for e in r.by_kind("evaluate")
+               if e.stage.inputs.get("checkpoint_dir") == sr.stage.output_dir), None)
+    base = ev.outputs.majority_token_accuracy if ev is not None else None
+    against = f"most frequent token: {pct(base)}" if base else "—"
+    if s.mlm_accuracy is not None:
+        rows.append((sid, "MLM accuracy, last training window", pct(s.mlm_accuracy), against,
+                     compare(s.mlm_accuracy, base)))
+    if s.eval is not None and s.eval.mlm_accuracy is not None:
+        rows.append((sid, "MLM accuracy, last in-training held-out evaluation",
+                     pct(s.eval.mlm_accuracy), against, compare(s.eval.mlm_accuracy, base)))
+    if s.loss is not None:
+        vocab = (sr.stage.params.get("model") or {}).get("vocab_size")
+        uniform = math.log(vocab) + math.log(2) if vocab else None
+        rows.append((sid, "training loss (MLM + NSP), last window", f"{s.loss:.3f}",
+                     f"uniform guess: ln {vocab} + ln 2 = {uniform:.3f}" if uniform else "—",
+                     compare(s.loss, uniform, higher_is_better=False, percent=False)))
+    return rows
+
+
+def _finetune_rows(r: Report, sr: StageReport) -> list[tuple]:
+    rows = []
+    for name, scores in sr.outputs.dev_scores().items():
+        n, accuracy = scores.examples, scores.values.get(ACCURACY)
+        rows.append((sr.stage.id, f"dev accuracy{'' if name == 'dev' else f', {name}'}"
+                     + (f" ({n:,} examples)" if isinstance(n, int) else ""), pct(accuracy),
+                     f"majority class: {pct(scores.majority_baseline)}",
+                     compare(accuracy, scores.majority_baseline)))
+    return rows
+
+
+# The kinds whose summaries the results table scores, and how.
+_METRIC_ROWS = {"evaluate": _evaluate_rows, "pretrain": _pretrain_rows,
+                "finetune": _finetune_rows}
+
+
 def _metric_rows(r: Report) -> list[tuple]:
     """(stage id, metric, value, baseline text, comparison html)."""
-    rows = []
-    chance = curves.nsp_chance(r.plan)
-    for sr in r.stages:
-        s, sid = sr.summary, sr.stage.id
-        if sr.stage.kind == "evaluate" and sr.done:
-            base = s.get("majority_token_accuracy")
-            at = f" (step {s['step']:,}, {s.get('examples', '?'):,} examples)" \
-                if isinstance(s.get("step"), int) and isinstance(s.get("examples"), int) else ""
-            rows.append((sid, "held-out MLM accuracy" + at, pct(s.get("mlm_accuracy")),
-                         f"most frequent token: {pct(base)}",
-                         compare(s.get("mlm_accuracy"), base)))
-            if s.get("nsp_accuracy") is not None:
-                rows.append((sid, "held-out NSP accuracy", pct(s["nsp_accuracy"]),
-                             f"chance: {pct(chance)}" if chance else "—",
-                             compare(s["nsp_accuracy"], chance)))
-            vocab = (sr.stage.params.get("model") or {}).get("vocab_size")
-            if s.get("mlm_loss") is not None:
-                uniform = math.log(vocab) if vocab else None
-                rows.append((sid, "held-out MLM loss", f"{s['mlm_loss']:.3f}",
-                             f"uniform guess: ln {vocab} = {uniform:.3f}" if uniform else "—",
-                             compare(s["mlm_loss"], uniform, higher_is_better=False,
-                                      percent=False)))
-            for task, ts in (s.get("tasks") or {}).items():
-                tb = ts.get("majority_token_accuracy", base)
-                rows.append((sid, f"held-out MLM accuracy, task {task}",
-                             pct(ts.get("mlm_accuracy")), f"most frequent token: {pct(tb)}",
-                             compare(ts.get("mlm_accuracy"), tb)))
-        elif sr.stage.kind == "pretrain" and sr.done:
-            ev = next((e for e in r.by_kind("evaluate")
-                       if e.stage.inputs.get("checkpoint_dir") == sr.stage.output_dir), None)
-            base = ev.summary.get("majority_token_accuracy") if ev is not None else None
-            if s.get("mlm_accuracy") is not None:
-                rows.append((sid, "MLM accuracy, last training window",
-                             pct(s["mlm_accuracy"]),
-                             f"most frequent token: {pct(base)}" if base else "—",
-                             compare(s["mlm_accuracy"], base)))
-            held = s.get("eval") or {}
-            if held.get("mlm_accuracy") is not None:
-                rows.append((sid, "MLM accuracy, last in-training held-out evaluation",
-                             pct(held["mlm_accuracy"]),
-                             f"most frequent token: {pct(base)}" if base else "—",
-                             compare(held["mlm_accuracy"], base)))
-            if s.get("loss") is not None:
-                vocab = (sr.stage.params.get("model") or {}).get("vocab_size")
-                uniform = math.log(vocab) + math.log(2) if vocab else None
-                rows.append((sid, "training loss (MLM + NSP), last window", f"{s['loss']:.3f}",
-                             f"uniform guess: ln {vocab} + ln 2 = {uniform:.3f}"
-                             if uniform else "—",
-                             compare(s["loss"], uniform, higher_is_better=False,
-                                      percent=False)))
-        elif sr.stage.kind == "finetune" and sr.done:
-            sets = s.get("dev_sets") or ({"dev": s} if "accuracy" in s else {})
-            for name, scores in sets.items():
-                n = scores.get("examples")
-                rows.append((sid, f"dev accuracy{'' if name == 'dev' else f', {name}'}"
-                             + (f" ({n:,} examples)" if isinstance(n, int) else ""),
-                             pct(scores.get("accuracy")),
-                             f"majority class: {pct(scores.get('majority_baseline'))}",
-                             compare(scores.get("accuracy"), scores.get("majority_baseline"))))
-    return rows
+    return [row for sr in r.stages if sr.done and sr.stage.kind in _METRIC_ROWS
+            for row in _METRIC_ROWS[sr.stage.kind](r, sr)]
 
 
 def _section_metrics(r: Report) -> str:
@@ -228,58 +235,50 @@ def _section_curves(r: Report) -> str:
 def _section_data(r: Report) -> str:
     parts = []
     for sr in r.stages:
-        s = sr.summary
+        s = sr.outputs
         if sr.stage.kind == "corpus" and sr.done:
-            bits = [f"{split}: {v.get('documents', '?'):,} documents, "
-                    f"{v.get('sentences', '?'):,} sentences, {v.get('bytes', 0) / 1e6:.1f} MB"
-                    for split, v in sorted(s.items(), key=lambda kv: kv[0] != "train")
-                    if isinstance(v, dict) and "documents" in v]
+            bits = [f"{split}: {_or(v.documents):,} documents, {_or(v.sentences):,} sentences, "
+                    f"{(v.bytes or 0) / 1e6:.1f} MB"
+                    for split, v in s.splits().items() if v.documents is not None]
             parts.append(f"<p><b>{esc(sr.stage.id)}</b>: {esc('; '.join(bits) or 'done')}</p>")
         elif sr.stage.kind == "vocab" and sr.done:
-            bits = [f"{s.get('type', '?')} vocab of {s.get('vocab_size', '?'):,} tokens"
-                    if isinstance(s.get("vocab_size"), int) else f"{s.get('type', '?')} vocab"]
-            if s.get("unk_rate") is not None:
-                bits.append(f"UNK rate {s['unk_rate']:.3%}")
-            if s.get("pieces_per_word") is not None:
-                bits.append(f"{s['pieces_per_word']:.2f} pieces per word")
-            where = f" (measured on the {s['diagnostics_on']} text)" if s.get("diagnostics_on") \
-                else ""
+            bits = [f"{_or(s.type)} vocab of {s.vocab_size:,} tokens"
+                    if isinstance(s.vocab_size, int) else f"{_or(s.type)} vocab"]
+            if s.unk_rate is not None:
+                bits.append(f"UNK rate {s.unk_rate:.3%}")
+            if s.pieces_per_word is not None:
+                bits.append(f"{s.pieces_per_word:.2f} pieces per word")
+            where = f" (measured on the {s.diagnostics_on} text)" if s.diagnostics_on else ""
             parts.append(f"<p><b>{esc(sr.stage.id)}</b>: {esc(', '.join(bits) + where)}</p>")
         elif sr.stage.kind == "preprocess":
             if not sr.done:
                 parts.append(f"<p><b>{esc(sr.stage.id)}</b>: {status_badge(sr)}</p>")
                 continue
-            bits = [f"{split}: {v.get('instances', 0):,} instances from "
-                    f"{v.get('documents', 0):,} documents, {v.get('tokens', 0):,} tokens"
-                    for split, v in s.items() if isinstance(v, dict) and "instances" in v]
-            if s.get("unk_rate") is not None:
-                bits.append(f"UNK rate {s['unk_rate']:.3%}")
+            bits = [f"{split}: {v.instances:,} instances from {v.documents or 0:,} documents, "
+                    f"{v.tokens or 0:,} tokens"
+                    for split, v in s.splits().items() if v.instances is not None]
+            if s.unk_rate is not None:
+                bits.append(f"UNK rate {s.unk_rate:.3%}")
             parts.append(f"<p><b>{esc(sr.stage.id)}</b>: {esc('; '.join(bits))}</p>")
-            parts.append(_bad_input(s.get("bad_input")))
+            parts.append(_bad_input(s.bad_input))
     return "".join(parts) or "<p class='muted'>No data stage is done yet.</p>"
 
 
-_BAD_INPUT_NAMES = {
-    "non_utf8_lines": "lines not in UTF-8 (bad bytes replaced)",
-    "giant_lines": "giant lines, over 1 MiB; 64 MiB for jsonl (skipped)",
-    "empty_files": "empty files",
-    "empty_documents": "documents without a token",
-    "invalid_json_lines": "jsonl lines that are not a JSON object (skipped)",
-    "missing_text_lines": "jsonl lines without a string in the text field (skipped)",
-    "empty_text_lines": "jsonl lines whose text is only whitespace (skipped)",
-}
+def _or(value, unknown="?"):
+    return unknown if value is None else value
 
 
 def _bad_input(bad: Optional[dict]) -> str:
-    if not isinstance(bad, dict):
+    """The preprocess stage's bad-input counts (compiler/specs/bad_input.py names them)."""
+    if bad is None:
         return "<p class='muted'>Bad input: not counted by this stage.</p>"
     rows, total = [], 0
-    for kind, info in bad.items():
-        info = info if isinstance(info, dict) else {"count": info}
-        count = int(info.get("count") or 0)
+    for kind, issue in bad.items():
+        count = int(issue.count or 0)
         total += count
-        samples = ", ".join(info.get("samples") or [])
-        rows.append(f"<tr><td>{esc(_BAD_INPUT_NAMES.get(kind, kind.replace('_', ' ')))}</td>"
+        samples = ", ".join(issue.samples or [])
+        known = BAD_INPUT_KINDS.get(kind)
+        rows.append(f"<tr><td>{esc(known.label if known else kind.replace('_', ' '))}</td>"
                     f"<td class='num {'bad' if count else ''}'>{count:,}</td>"
                     f"<td><code class='path'>{esc(samples) or '—'}</code></td></tr>")
     verdict = ("<span class='good'>none: every line was read as is</span>" if not total else
@@ -309,105 +308,49 @@ def _section_artifacts(r: Report, reader: RootReader) -> str:
         groups: dict[str, list] = {}
         for rel, size in reader.files(sr.dir):
             if rel not in BOOKKEEPING:
-                groups.setdefault(_artifact_group(rel), []).append(size)
+                groups.setdefault(artifacts.group_of(rel), []).append(size)
         rows = "".join(
             f"<tr><td><code>{esc(name)}</code></td><td class='num'>{esc(_size(sum(sizes)))}</td>"
             f"<td>{esc(_artifact_note(name, len(sizes)))}</td></tr>"
             for name, sizes in sorted(groups.items()))
+        s = sr.outputs
         parts.append(f"<p><b>{esc(sr.stage.id)}</b> in <code>{esc(sr.dir)}</code> "
-                     f"(step {esc(sr.summary.get('step', '?'))}"
+                     f"(step {esc(_or(s.step))}"
                      + (", the fine-tuned encoder" if sr.stage.inputs.get("finetune_dir")
                         else f", the fine-tuned encoder of the sweep's point "
-                             f"{esc(sr.summary.get('point', '?'))}"
+                             f"{esc(_or(s.point))}"
                         if sr.stage.inputs.get("sweep_dir")
                         else ", the pretrained encoder") + ")</p>"
                      f"<table class='compact'><thead><tr><th>file</th><th>size</th><th></th>"
                      f"</tr></thead><tbody>{rows}</tbody></table>")
-        parts.append(_snippets(r, sr, reader))
+        parts.append(_snippets(r, sr, set(groups), reader))
     return "".join(parts)
 
 
-def _artifact_group(rel: str) -> str:
-    """A directory's files as one row ("encoder/"), a checkpoint's as "prefix.*"."""
-    if "/" in rel:
-        return rel.split("/", 1)[0] + "/"
-    if ".ckpt." in rel:
-        return rel[:rel.index(".ckpt.") + len(".ckpt")] + ".*"
-    return rel
-
-
 def _artifact_note(name: str, files: int) -> str:
-    note = _ARTIFACT_NOTES.get(name.rstrip("/").split(".")[0], "")
+    artifact = artifacts.artifact_at(name)
+    note = artifact.note if artifact is not None else ""
     return f"{note} ({files} files)" if files > 1 and note else (note or (
         f"{files} files" if files > 1 else ""))
 
 
-_ARTIFACT_NOTES = {
-    "encoder": "TF Hub-style SavedModel of the encoder",
-    "preprocessing": "SavedModel: text to the encoder's inputs",
-    "classifier": "SavedModel of the fine-tuned classifier: text to labels",
-    "README": "what each file is and how to load it",
-    "bert_model": "checkpoint in google-research/bert's variable layout",
-    "bert_config": "the model's shape, google-research/bert's format",
-    "vocab": "BERT vocab, one token per line (ids = line numbers)",
-    "spm": "the SentencePiece model: the vocabulary (ALBERT-style; no vocab.txt)",
-    "huggingface": "a transformers BERT directory (config.json, model.safetensors, "
-                   "tokenizer files): AutoModel.from_pretrained reads it",
-}
-
-
-def _snippets(r: Report, sr: StageReport, reader: RootReader) -> str:
-    d = sr.dir
-    join = reader.join
-    has_spm = any(rel == "spm.model" for rel, _ in reader.files(d))
-    has_hf = any(rel.startswith("huggingface/") for rel, _ in reader.files(d))
+def _snippets(r: Report, sr: StageReport, present: set, reader: RootReader) -> str:
+    """How to load the export's artifacts (runtime/export/artifacts.py), with its paths."""
     finetunes, pretrains = r.by_kind("finetune"), r.by_kind("pretrain")
     seq = (FinetuneSpec.from_stage(finetunes[0].stage).max_seq_length if finetunes else
            TrainSpec.from_stage(pretrains[-1].stage).max_seq_length if pretrains else 128)
-    saved = f'''import tensorflow as tf
-import tensorflow_text  # noqa: F401 - the ops of the preprocessing model
+    where = artifacts.Where(at=lambda path: reader.join(sr.dir, path), seq_length=seq,
+                            sentencepiece="spm.model" in present)
+    return "<h3>Loading them</h3>" + "".join(
+        _snippet(snippet) for artifact in artifacts.ARTIFACTS if artifact.path in present
+        for snippet in artifact.snippets(where))
 
-preprocess = tf.saved_model.load("{join(d, 'preprocessing')}")   # text -> encoder inputs
-encoder = tf.saved_model.load("{join(d, 'encoder')}")
-out = encoder(preprocess(tf.constant(["Return the value of the key."])))
-out["pooled_output"]     # [1, hidden]: the [CLS] vector
-out["sequence_output"]   # [1, seq, hidden]: one vector per token
-out["encoder_outputs"]   # every layer's sequence output'''
-    vocab_flag = (f"--spm_model_file={join(d, 'spm.model')}" if has_spm  # ALBERT's flag
-                  else f"--vocab_file={join(d, 'vocab.txt')}")
-    google = f'''# google-research/bert (TensorFlow 1.x), e.g. fine-tuning with run_classifier.py:
-python run_classifier.py --task_name=... --data_dir=... --output_dir=... \\
-  --do_train=true --do_eval=true --max_seq_length={seq} \\
-  {vocab_flag} \\
-  --bert_config_file={join(d, 'bert_config.json')} \\
-  --init_checkpoint={join(d, 'bert_model.ckpt')}
 
-# its variables, from TensorFlow 2:
-import tensorflow as tf
-reader = tf.train.load_checkpoint("{join(d, 'bert_model.ckpt')}")
-sorted(reader.get_variable_to_shape_map())   # bert/embeddings/word_embeddings, ...'''
-    again = f'''# fine-tune it with runexp, as a released checkpoint (gin/runs/finetune.gin):
-include 'runs/finetune.gin'
-VOCAB = '{join(d, 'spm.model' if has_spm else 'vocab.txt')}'
-INIT_CHECKPOINT = '{join(d, 'bert_model.ckpt')}'
-# ... and the model size's gin file, OUTPUT_ROOT and FINETUNE_TASK'''
-    hugging_face = f'''# Hugging Face transformers (PyTorch); publish with `hf upload <you>/<model> DIR`
-from transformers import AutoModel, AutoTokenizer
-tokenizer = AutoTokenizer.from_pretrained("{join(d, 'huggingface')}")
-model = AutoModel.from_pretrained("{join(d, 'huggingface')}")
-outputs = model(**tokenizer(["Return the value of the key."], return_tensors="pt"))'''
-    spm_note = ("<p class='note'>This vocabulary is a SentencePiece model "
-                "(<code>spm.model</code>, ALBERT-style): google-research/bert's own "
-                "run_classifier.py reads WordPiece vocab.txt files only; ALBERT's scripts "
-                "take <code>--spm_model_file</code>.</p>") if has_spm else ""
-    return ("<h3>Loading them</h3><p>The encoder and its preprocessing as SavedModels "
-            "(TensorFlow 2; also <code>hub.KerasLayer</code>; the export's README.md has "
-            "more):</p>"
-            f"<pre>{esc(saved)}</pre><p>The checkpoint in Google's BERT layout, with "
-            f"<code>bert_config.json</code> and the vocabulary:</p><pre>{esc(google)}"
-            f"</pre>{spm_note}<pre>{esc(again)}</pre>"
-            + ("<p>For Hugging Face transformers (the same numbers as the SavedModels, "
-               f"tested):</p><pre>{esc(hugging_face)}</pre>" if has_hf else ""))
+def _snippet(snippet: artifacts.Snippet) -> str:
+    """A snippet's text (`code` in backticks) and code."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(snippet.text, quote=False))
+    return ((f"<p class='note'>{text}</p>" if snippet.note else f"<p>{text}</p>" if text
+             else "") + (f"<pre>{esc(snippet.code)}</pre>" if snippet.code else ""))
 
 
 def _section_tensorboard(r: Report) -> str:

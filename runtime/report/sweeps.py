@@ -13,6 +13,7 @@ import json
 from typing import Optional
 
 from runexp.compiler.specs import SweepSpec
+from runexp.compiler.specs.finetune import FinetuneMetrics
 from runexp.compiler.sweep import value_text
 from runexp.runtime.report.collect import Report, RootReader, StageReport
 from runexp.runtime.report.format import esc, img, status_badge
@@ -40,7 +41,7 @@ def _partial(r: Report, sr: StageReport, reader: RootReader) -> tuple[Optional[d
     for name in spec.points:
         point = r.get(f"finetune.{spec.task}.{name}")
         m = _json(reader, reader.join(point.dir, METRICS_FILE)) if point and point.done else None
-        if m and isinstance(m.get("dev_sets"), dict):
+        if m and FinetuneMetrics.read(m).dev_sets is not None:
             metrics[name] = m
     if not metrics:
         return None, 0

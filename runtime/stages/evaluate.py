@@ -3,9 +3,9 @@
 Contract (docs/STAGES.md): params ``model``, ``batch_size``, ``max_seq_length``,
 ``max_predictions_per_seq``, ``max_examples``; inputs ``data_dir`` (the ``validation``
 split is read) or, for a mixture, ``data_dirs`` (task -> dir), and ``checkpoint_dir``.
-Writes ``metrics.json``: ``mlm_accuracy``, ``mlm_loss``, ``nsp_accuracy``, ``examples``,
-``majority_token_accuracy``, ``step``; for a mixture these pool every member's held-out
-examples, and ``tasks`` holds each member's own.
+Writes ``metrics.json``, the summary (compiler/specs/evaluate.py ``EvaluateSummary``): the
+held-out MLM and NSP metrics and the majority-token baseline; for a mixture these pool every
+member's held-out examples, and ``tasks`` holds each member's own.
 
 The baseline always predicts the most frequent masked target token of the train split: a
 model that beats it has learned something from context.
@@ -13,12 +13,14 @@ model that beats it has learned something from context.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 import numpy as np
 
 from runexp.compiler.specs import EvaluateSpec
+from runexp.compiler.specs.evaluate import EvaluateSummary, HeldOutScores
 from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_lib
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.model import BertPretrainer
@@ -52,7 +54,7 @@ def masked_token_counts(data_dir: str, split: str, max_seq_length: int,
 
 
 def _evaluate_data(strategy, model, data_dir: str, spec: EvaluateSpec,
-                   say=print) -> tuple[dict, dict, int]:
+                   say=print) -> tuple[HeldOutScores, dict, int]:
     """(metrics, the loss totals, majority-token hits) on one data dir's validation split."""
     seq, preds = spec.max_seq_length, spec.max_predictions_per_seq
     max_examples = spec.max_examples
@@ -68,18 +70,25 @@ def _evaluate_data(strategy, model, data_dir: str, spec: EvaluateSpec,
     heldout_counts = masked_token_counts(data_dir, "validation", seq, preds, max_examples)
     heldout_total = int(heldout_counts.sum())
     hits = int(heldout_counts[majority]) if majority < heldout_counts.size else 0
-    result = {
-        "mlm_accuracy": metrics["mlm_accuracy"],
-        "mlm_loss": metrics["mlm_loss"],
-        "nsp_accuracy": metrics["nsp_accuracy"],
-        "examples": int(totals.get("examples", 0)),
-        "majority_token_accuracy": hits / heldout_total if heldout_total else 0.0,
-        "majority_token_id": majority,
-    }
+    result = HeldOutScores(
+        mlm_accuracy=metrics["mlm_accuracy"], mlm_loss=metrics["mlm_loss"],
+        nsp_accuracy=metrics["nsp_accuracy"], examples=int(totals.get("examples", 0)),
+        majority_token_accuracy=hits / heldout_total if heldout_total else 0.0,
+        majority_token_id=majority)
     return result, totals, hits
 
 
-def run(ctx) -> dict:
+def _say(ctx, step: int, result: EvaluateSummary) -> None:
+    ctx.progress(f"step {step}: mlm_accuracy {result.mlm_accuracy:.4f} (majority token "
+                 f"{result.majority_token_accuracy:.4f}), nsp_accuracy "
+                 f"{result.nsp_accuracy:.4f} on {result.examples} examples")
+    for task, m in (result.tasks or {}).items():
+        ctx.progress(f"  {task}: mlm_accuracy {m.mlm_accuracy:.4f} (majority token "
+                     f"{m.majority_token_accuracy:.4f}), nsp_accuracy "
+                     f"{m.nsp_accuracy:.4f} on {m.examples} examples")
+
+
+def run(ctx) -> EvaluateSummary:
     spec, inputs = EvaluateSpec.from_stage(ctx), ctx.inputs
     strategy_lib.configure_threads()
     config = BertConfig.from_dict(spec.model)
@@ -90,7 +99,8 @@ def run(ctx) -> dict:
     step = checkpoints.restore_model(model, inputs["checkpoint_dir"])
 
     if "data_dirs" not in inputs:  # one task
-        result, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], spec, ctx.progress)
+        scores, _, _ = _evaluate_data(strategy, model, inputs["data_dir"], spec, ctx.progress)
+        result = EvaluateSummary(**dataclasses.asdict(scores), step=step)
     else:  # a mixture: each member's held-out split, then all of them together
         per_task, totals, hits = {}, {}, 0
         for task, data_dir in sorted(inputs["data_dirs"].items()):
@@ -101,21 +111,14 @@ def run(ctx) -> dict:
             hits += task_hits
         overall = pretraining_metrics(totals)
         weight = totals.get("mlm_weight", 0.0)
-        result = {"mlm_accuracy": overall["mlm_accuracy"], "mlm_loss": overall["mlm_loss"],
-                  "nsp_accuracy": overall["nsp_accuracy"],
-                  "examples": int(totals.get("examples", 0)),
-                  # each task's own majority token, pooled over the masked positions
-                  "majority_token_accuracy": hits / weight if weight else 0.0,
-                  "tasks": per_task}
-    result["step"] = step
+        result = EvaluateSummary(
+            mlm_accuracy=overall["mlm_accuracy"], mlm_loss=overall["mlm_loss"],
+            nsp_accuracy=overall["nsp_accuracy"], examples=int(totals.get("examples", 0)),
+            # each task's own majority token, pooled over the masked positions
+            majority_token_accuracy=hits / weight if weight else 0.0, tasks=per_task,
+            step=step)
     with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
-        json.dump(result, f, indent=2, sort_keys=True)
+        json.dump(result.to_dict(), f, indent=2, sort_keys=True)
         f.write("\n")
-    ctx.progress(f"step {step}: mlm_accuracy {result['mlm_accuracy']:.4f} (majority token "
-                 f"{result['majority_token_accuracy']:.4f}), nsp_accuracy "
-                 f"{result['nsp_accuracy']:.4f} on {result['examples']} examples")
-    for task, m in result.get("tasks", {}).items():
-        ctx.progress(f"  {task}: mlm_accuracy {m['mlm_accuracy']:.4f} (majority token "
-                     f"{m['majority_token_accuracy']:.4f}), nsp_accuracy "
-                     f"{m['nsp_accuracy']:.4f} on {m['examples']} examples")
+    _say(ctx, step, result)
     return result

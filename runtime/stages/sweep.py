@@ -28,6 +28,9 @@ import statistics
 from typing import Optional
 
 from runexp.compiler.specs import SweepSpec
+from runexp.compiler.specs.finetune import DevScores, FinetuneMetrics, Scores
+from runexp.compiler.specs.sweep import SweepMetrics, SweepSummary
+from runexp.compiler.specs.task_kinds import ACCURACY
 from runexp.compiler.sweep import value_text
 from runexp.runtime.glue_score import task_score
 
@@ -39,13 +42,10 @@ SEED = "seed"
 
 def point_score(metrics: dict, metric: Optional[str]) -> float:
     """A point's dev score: ``metric``'s mean over its dev sets, or the task score."""
-    names = metrics.get("metrics") or ["accuracy"]
-    dev_sets = {name: {m: scores[m] for m in names} for name, scores in
-                metrics["dev_sets"].items()}
-    if metric is None:
-        return task_score(dev_sets, names)
-    return task_score({name: {metric: scores[metric]} for name, scores in
-                       metrics["dev_sets"].items()}, [metric])
+    run = FinetuneMetrics.read(metrics)
+    names = [metric] if metric else run.scored_by
+    return task_score({name: {m: scores.values[m] for m in names}
+                       for name, scores in run.dev_scores().items()}, names)
 
 
 def setting_name(point: str, settings: dict) -> str:
@@ -80,11 +80,12 @@ def select(spec: SweepSpec, metrics: dict[str, dict]) -> dict:
     best = max(groups.values(), key=lambda g: g["mean"])  # max keeps the first of equals
     best_point = max(best["points"], key=lambda n: points[n]["score"])
     exported = spec.export_point or best_point
-    names = next(iter(metrics.values())).get("metrics") or ["accuracy"]
+    run = FinetuneMetrics.read(next(iter(metrics.values())))
+    names = run.scored_by
     label = spec.select_metric or (names[0] if len(names) == 1 else
                                    f"task score (mean of {', '.join(names)})")
-    first = next(iter(next(iter(metrics.values()))["dev_sets"].values()), {})
-    baseline = first.get("majority_baseline") if label == "accuracy" else None
+    first = next(iter(run.dev_scores().values()), DevScores())
+    baseline = first.majority_baseline if label == ACCURACY else None
     edges = []  # a selected value at the end of its range: the best may lie beyond it
     for param in spec.varied:
         values = sorted({g["settings"][param] for g in groups.values()})
@@ -107,27 +108,27 @@ def select(spec: SweepSpec, metrics: dict[str, dict]) -> dict:
 def selected_metrics(sweep: dict, metrics: dict[str, dict]) -> dict:
     """metrics.json of the selected setting: each dev-set metric the mean over its seeds."""
     chosen = next(g for g in sweep["settings"] if g["name"] == sweep["selected"]["setting"])
-    first = metrics[chosen["points"][0]]
-    names = first.get("metrics") or ["accuracy"]
+    runs = [FinetuneMetrics.read(metrics[p]) for p in chosen["points"]]
+    first, names = runs[0], runs[0].scored_by
     dev_sets, std = {}, {}
-    for dev in first["dev_sets"]:
-        dev_sets[dev], std[dev] = {}, {}
-        for key, value in first["dev_sets"][dev].items():
-            values = [metrics[p]["dev_sets"][dev].get(key) for p in chosen["points"]]
+    for dev, scores in first.dev_scores().items():
+        means, std[dev] = {}, {}
+        for key in scores.to_dict():
+            values = [run.dev_scores()[dev].to_dict().get(key) for run in runs]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
                 continue
-            dev_sets[dev][key], spread = _mean_std([float(v) for v in values])
+            means[key], spread = _mean_std([float(v) for v in values])
             if key in names:
                 std[dev][key] = spread
-    out = {k: first[k] for k in ("kind", "num_labels", "labels", "dev_examples",
-                                 "train_examples", "text_fields", "max_seq_length")
-           if k in first}
-    out.update(metrics=names, dev_sets=dev_sets, std=std, point=chosen["name"],
-               points=chosen["points"], seeds=len(chosen["points"]),
-               exported=sweep["exported"])
-    first_set = next(iter(dev_sets.values()), {})
-    out.update({m: first_set[m] for m in names if m in first_set})
-    return out
+        dev_sets[dev] = DevScores.read(means)
+    first_set = next(iter(dev_sets.values()), DevScores())
+    return SweepMetrics(
+        scores=Scores(values={m: first_set.values[m] for m in names if m in first_set.values}),
+        kind=first.kind, metrics=names, dev_sets=dev_sets, num_labels=first.num_labels,
+        dev_examples=first.dev_examples, train_examples=first.train_examples,
+        labels=first.labels, text_fields=first.text_fields, max_seq_length=first.max_seq_length,
+        std=std, point=chosen["name"], points=chosen["points"], seeds=len(chosen["points"]),
+        exported=sweep["exported"]).to_dict()
 
 
 def _short(param: str) -> str:
@@ -205,7 +206,7 @@ def _number(value: Optional[float]) -> str:
         else f"{value:.4f}"
 
 
-def run(ctx) -> dict:
+def run(ctx) -> SweepSummary:
     spec = SweepSpec.from_stage(ctx)
     metrics = {}
     for name in spec.points:
@@ -232,6 +233,6 @@ def run(ctx) -> dict:
                  f"exported: {sweep['exported']} ({sweep['exported_why']})")
     for edge in sweep["at_edge"]:
         ctx.progress(f"NOTE: {edge}: extend the grid")
-    return {"selected": sel["setting"], "mean": sel["mean"], "std": sel["std"],
-            "exported": sweep["exported"], "points": len(spec.points),
-            "metric": sweep["metric"]}
+    return SweepSummary(selected=sel["setting"], mean=sel["mean"], std=sel["std"],
+                        exported=sweep["exported"], points=len(spec.points),
+                        metric=sweep["metric"])

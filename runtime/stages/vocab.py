@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 
 from runexp.compiler.errors import UserError
 from runexp.compiler.specs import VocabSpec
+from runexp.compiler.specs.vocab import VocabSummary
 from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
 from runexp.tasks import vocab_dir
@@ -93,7 +94,7 @@ def text_of(ctx: StageContext) -> tuple[_Text, _Text]:
     return train, heldout
 
 
-def run(ctx: StageContext) -> dict:
+def run(ctx: StageContext) -> VocabSummary:
     spec = VocabSpec.from_stage(ctx)
     train, heldout = text_of(ctx)
     if spec.vocab_path:
@@ -128,10 +129,8 @@ def run(ctx: StageContext) -> dict:
     if renamed:  # e.g. an ALBERT-style model: <pad> and <unk> play [PAD] and [UNK]
         ctx.progress("special roles played by pieces of other spelling: " + ", ".join(
             f"{role}={piece} ({report['special_ids'][role]})" for role, piece in renamed.items()))
-    summary = {k: report[k] for k in ("vocab_size", "unk_rate", "pieces_per_word")}
-    summary["type"] = vocab_type
-    summary["diagnostics_on"] = ("heldout" if heldout else
-                                 "train sample" if train else "no text (none given)")
-    if "warning" in report:
-        summary["warning"] = report["warning"]
-    return summary
+    return VocabSummary(vocab_size=report["vocab_size"], unk_rate=report["unk_rate"],
+                        pieces_per_word=report["pieces_per_word"], type=vocab_type,
+                        diagnostics_on=("heldout" if heldout else "train sample" if train
+                                        else "no text (none given)"),
+                        warning=report.get("warning"))

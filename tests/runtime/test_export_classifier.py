@@ -96,8 +96,8 @@ def test_classifier_predicts_the_dev_set_as_the_finetune_stage(upstream, pairs):
     name = "pairs" if pairs else "single"
     finetune_dir, scores, out, summary = _finetune_and_export(
         upstream, name, pairs, train_steps=40 if pairs else 30)
-    assert summary["classifier"] == os.path.join(out, "classifier")
-    assert summary["seq_length"] == SEQ  # the fine-tune's, not the pretraining's
+    assert summary.artifacts["classifier"] == os.path.join(out, "classifier")
+    assert summary.seq_length == SEQ  # the fine-tune's, not the pretraining's
     fields = ["first", "second"] if pairs else ["sentence"]
     dev = load_examples(str(upstream[0] / f"{name}_dev.tsv"), fields, "label")
     labels = ["different", "same"] if pairs else ["neg", "pos"]

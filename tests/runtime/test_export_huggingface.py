@@ -91,7 +91,7 @@ def _runexp_pretraining_outputs(out, model, batch) -> dict:
 def test_files_and_config_say_what_runexp_computes(pretraining_export):
     out, summary, model, _ = pretraining_export
     hf_dir = os.path.join(out, HF)
-    assert summary[HF] == hf_dir
+    assert summary.artifacts[HF] == hf_dir
     assert {"config.json", "model.safetensors"} <= set(os.listdir(hf_dir))
     with open(os.path.join(hf_dir, "config.json")) as f:
         config = json.load(f)
@@ -350,12 +350,13 @@ def test_text_classification_pipeline_and_readme_code(finetuned_export, tmp_path
     run_consumer("readme", str(copy))
     # The README of a sentence-pair task, on the same model: its pair call runs too.
     from runexp.runtime.export import readme
+    from runexp.runtime.export.artifacts import ARTIFACTS
 
     facts = readme.ExportFacts(
         step=1, parameters=1, layers=2, hidden=32, vocab_type="wordpiece", do_lower_case=True,
         seq_length=16, seq_length_source="", vocab_files=["vocab.txt"], labels=["neg", "pos"],
         text_fields=["first", "second"], huggingface_files=os.listdir(copy / HF))
-    (copy / "README.md").write_text(readme.render(facts))
+    (copy / "README.md").write_text(readme.render(facts, ARTIFACTS))
     assert '"text_pair"' in (copy / "README.md").read_text()
     run_consumer("readme", str(copy))
 

@@ -50,9 +50,9 @@ def test_files_summary_and_readme(exported):
     assert {"encoder", "preprocessing", "vocab.txt", "bert_config.json", "README.md",
             "bert_model.ckpt.index", "huggingface"} <= set(os.listdir(out))
     assert "classifier" not in os.listdir(out)
-    assert summary["step"] == 7 and summary["parameters"] > 0
-    assert summary["seq_length"] == SEQ and summary["vocab_type"] == "wordpiece"
-    assert summary["do_lower_case"] is True
+    assert summary.step == 7 and summary.parameters > 0
+    assert summary.seq_length == SEQ and summary.vocab_type == "wordpiece"
+    assert summary.do_lower_case is True
     assert "seq_length 32, the pretraining max_seq_length" in messages[-1]
     with open(os.path.join(out, "bert_config.json")) as f:
         assert json.load(f) == BertConfig.from_dict(TINY_MODEL).to_dict()
@@ -211,7 +211,7 @@ def test_a_sentencepiece_vocab_is_exported_as_the_vocabulary(tmp_path):
     summary = export.run(export_ctx(
         TINY_MODEL, {"checkpoint_dir": pretrain_dir, "vocab_dir": str(vocab_dir)}, out,
         [stage("pretrain", {"max_seq_length": 16}, {}, pretrain_dir)]))
-    assert summary["vocab_type"] == "sentencepiece" and summary["vocab_files"] == ["spm.model"]
+    assert summary.vocab_type == "sentencepiece" and summary.vocab_files == ["spm.model"]
     assert "vocab.txt" not in os.listdir(out)
 
     encoder = tf.saved_model.load(os.path.join(out, "encoder"))

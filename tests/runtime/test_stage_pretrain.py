@@ -46,7 +46,7 @@ def test_evaluate_beats_the_majority_token(pretrained, pretrain_data, tmp_path):
         metrics = json.load(f)
     for key in ("mlm_accuracy", "mlm_loss", "nsp_accuracy", "examples",
                 "majority_token_accuracy", "step"):
-        assert key in metrics and metrics[key] == summary[key]
+        assert key in metrics and metrics[key] == getattr(summary, key)
     assert metrics["examples"] == 200 and metrics["step"] == 120
     assert metrics["mlm_accuracy"] > metrics["majority_token_accuracy"] + 0.02
 
@@ -220,8 +220,8 @@ def test_pretrain_and_evaluate_on_dynamically_masked_data(dynamic_data, tmp_path
                      "max_predictions_per_seq": 5, "max_examples": None},
         {"data_dir": data_dir, "checkpoint_dir": work_dir}, str(tmp_path / "eval")))
     # The baseline's majority token comes from masks drawn as training draws them.
-    assert summary["examples"] > 0 and summary["majority_token_id"] > 4
-    assert 0 < summary["majority_token_accuracy"] < 1
+    assert summary.examples > 0 and summary.majority_token_id > 4
+    assert 0 < summary.majority_token_accuracy < 1
 
 
 def _member_of(rows: np.ndarray, members: list[set]) -> list[int]:
@@ -276,7 +276,7 @@ def test_pretrain_and_evaluate_a_mixture(pretrain_data, tmp_path):
     metrics = evaluate.run(make_ctx(
         "evaluate", {"model": p["model"], "batch_size": 25, "max_seq_length": 32,
                      "max_predictions_per_seq": 5, "max_examples": None},
-        {"data_dirs": dirs, "checkpoint_dir": work_dir}, str(tmp_path / "eval")))
+        {"data_dirs": dirs, "checkpoint_dir": work_dir}, str(tmp_path / "eval"))).to_dict()
     assert set(metrics["tasks"]) == {"books", "wiki"}
     assert metrics["tasks"]["wiki"]["examples"] == 200
     assert metrics["tasks"]["books"]["examples"] == 50

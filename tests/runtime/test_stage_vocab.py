@@ -36,8 +36,8 @@ def test_trains_a_wordpiece_vocab_by_default(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["type"] == "wordpiece" and report["do_lower_case"] is True
     assert {"vocab_size", "unk_rate", "pieces_per_word", "sample_words"} <= set(report)
-    assert summary["vocab_size"] == report["vocab_size"] == load_tokenizer(str(out)).vocab_size
-    assert summary["unk_rate"] == 0.0
+    assert summary.vocab_size == report["vocab_size"] == load_tokenizer(str(out)).vocab_size
+    assert summary.unk_rate == 0.0
     lines = (out / "vocab.txt").read_text(encoding="utf-8").splitlines()
     assert lines[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     assert "the" in lines and "##e" in lines  # words and continuation pieces, BERT's way
@@ -46,7 +46,7 @@ def test_trains_a_wordpiece_vocab_by_default(tmp_path):
 def test_trains_sentencepiece_on_request_and_writes_no_vocab_txt(tmp_path):
     out, summary = run_stage(tmp_path, "spm", vocab_type="sentencepiece")
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "spm.model"]
-    assert summary["type"] == "sentencepiece" and summary["unk_rate"] == 0.0
+    assert summary.type == "sentencepiece" and summary.unk_rate == 0.0
     import sentencepiece
 
     # Lower-casing is the model's own normalisation: the model alone reads "The" as "the".
@@ -59,14 +59,14 @@ def test_adopts_a_wordpiece_vocab_and_warns_on_unk(tmp_path):
     given.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "."]))
     out, summary = run_stage(tmp_path, "vocab_adopted", vocab_path=str(given))
     assert sorted(p.name for p in out.iterdir()) == ["report.json", "vocab.txt"]
-    assert summary["type"] == "wordpiece" and summary["vocab_size"] == 7
-    assert summary["unk_rate"] > 0.5 and "UNK rate" in summary["warning"]
-    assert "on held-out text is above 1%" in summary["warning"]
+    assert summary.type == "wordpiece" and summary.vocab_size == 7
+    assert summary.unk_rate > 0.5 and "UNK rate" in summary.warning
+    assert "on held-out text is above 1%" in summary.warning
     report = json.loads((out / "report.json").read_text())
-    assert report["warning"] == summary["warning"]
+    assert report["warning"] == summary.warning
 
 
 def test_no_warning_below_one_percent(tmp_path):
     out, summary = run_stage(tmp_path, "vocab_ok")
-    assert summary["unk_rate"] < 0.01 and "warning" not in summary
+    assert summary.unk_rate < 0.01 and summary.warning is None
     assert "warning" not in json.loads((out / "report.json").read_text())

@@ -71,7 +71,7 @@ def test_the_selection_is_the_best_mean_over_seeds_exported_at_its_best_seed(tmp
     assert result["exported"] == "lr3e-5.s2"
     assert result["at_edge"] == ["learning_rate 3e-5 is the smallest value tried: the best "
                                  "may lie beyond it"]
-    assert summary["selected"] == "lr3e-5" and summary["points"] == 6
+    assert summary.selected == "lr3e-5" and summary.points == 6
     # metrics.json: the selected setting's mean over its seeds, in the finetune layout.
     assert metrics["dev_sets"]["dev"]["accuracy"] == pytest.approx(0.70)
     assert metrics["std"]["dev"]["accuracy"] == pytest.approx(0.02)

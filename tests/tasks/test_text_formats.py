@@ -382,7 +382,7 @@ def test_the_vocab_is_trained_on_the_text_not_on_json(corpora, tmp_path):
     # Pieces raw JSON lines would give ('{"', '":', ...): none.
     assert not [p for p in got.splitlines() if any(j in p for j in ('{"', '":', '",', '"}'))]
     assert got == want
-    assert summary["diagnostics_on"] == "heldout" and summary["unk_rate"] < 0.05
+    assert summary.diagnostics_on == "heldout" and summary.unk_rate < 0.05
     assert any("sentences of news (jsonl): 2 files" in m for m in messages)
     # A mixture: the union of its tasks' text, each in its format.
     want, _, _ = run_vocab(tmp_path, "lines_all", {"train_files": lines})
@@ -392,7 +392,7 @@ def test_the_vocab_is_trained_on_the_text_not_on_json(corpora, tmp_path):
         "b": {"format": "jsonl", "text_field": "body", "train_files": corpora["jsonl"][1:],
               "heldout_files": []}}})
     assert got == want
-    assert summary["diagnostics_on"] == "train sample"
+    assert summary.diagnostics_on == "train sample"
     assert any("a (paragraphs): 1 file, b (jsonl): 2 files" in m for m in messages)
 
 
