@@ -14,7 +14,8 @@ class TrainLoopConfig:
 
     Attributes:
       train_steps: total optimizer steps (a resumed run trains up to this step).
-      batch_size: global batch size (for examples/s).
+      batch_size: global batch size, in rows (the examples a step counts when the model
+        counts none itself: runtime/throughput.py).
       steps_per_loop: steps per tf.function call.
       log_every: steps between metrics lines.
       checkpoint_every: steps between checkpoints (also saved at the end).

@@ -72,14 +72,14 @@ def _latest_step(root, stage):
 # after it saved a checkpoint of {stage} at step {step} or later.
 _KILLED_AFTER_CHECKPOINT = """
 import os, signal, sys
-from runexp.runtime import trainer
-save = trainer.Trainer._save
+from runexp.runtime import checkpoint_cadence
+save = checkpoint_cadence.CheckpointCadence._save
 def _save(self, step, background=False):
     saved = save(self, step, background)
     if step >= {step} and os.sep + "{stage}" + os.sep in self.manager.directory + os.sep:
         os.kill(os.getpid(), signal.SIGKILL)
     return saved
-trainer.Trainer._save = _save
+checkpoint_cadence.CheckpointCadence._save = _save
 from runexp.compiler.cli import main
 sys.exit(main(sys.argv[1:]))
 """

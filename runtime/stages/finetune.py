@@ -40,24 +40,31 @@ import tensorflow as tf
 
 from runexp.compiler import globs
 from runexp.compiler.specs import FinetuneSpec
-from runexp.runtime import checkpoints, strategy as strategy_lib
+from runexp.runtime import checkpoints
 from runexp.compiler.errors import Problem, UserError
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.distributed import PerHostDataset
 from runexp.runtime.model import BertClassifier
 from runexp.runtime.optimizer import optimizer_from_spec
-from runexp.runtime.preemption import Preempted
-from runexp.runtime.report.curves import draw_stage_curves
 from runexp.runtime.task_metrics import score
-from runexp.runtime.train_log import regression_metrics
+from runexp.runtime.train_log import classification_metrics, regression_metrics
 from runexp.runtime.train_loop_config import TrainLoopConfig
-from runexp.runtime.trainer import Trainer, classification_metrics
+from runexp.runtime.trainer import Trainer
+from runexp.runtime.training_stage import TrainingKind, run_training
 from runexp.tasks import seqio_tasks
 from runexp.compiler.formats.classification_files import DataFileError, load_examples
 from runexp.tasks.classification import labels_of
 from runexp.tasks.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"
+
+# The loop of a fine-tune, a short run (FinetuneSpec.train_steps: 1000 by default): about
+# LOG_LINES train log lines, at most LOG_EVERY_AT_MOST steps apart, one call of the
+# compiled loop per line; one checkpoint, at the end (and at a stop), and only the latest
+# kept: a resume needs no other.
+LOG_LINES = 5
+LOG_EVERY_AT_MOST = 100
+KEEP_CHECKPOINTS = 1
 
 
 def predictions_file(dev_set: str) -> str:
@@ -168,72 +175,96 @@ def _describe(scores: dict) -> str:
     return f"{values} ({baseline}{scores['examples']} examples)"
 
 
+def loop_config(spec: FinetuneSpec) -> TrainLoopConfig:
+    """The training loop of a fine-tune (the constants above). ``jit_compile`` False: the
+    step is not compiled with XLA as a whole (on a TPU the model's layers are,
+    runtime/training_stage.py)."""
+    log_every = max(1, min(LOG_EVERY_AT_MOST, spec.train_steps // LOG_LINES))
+    return TrainLoopConfig(
+        train_steps=spec.train_steps, batch_size=spec.batch_size, steps_per_loop=log_every,
+        log_every=log_every, checkpoint_every=spec.train_steps,
+        keep_checkpoints=KEEP_CHECKPOINTS, jit_compile=False,
+        compute_dtype=spec.compute_dtype, deadline=spec.deadline_unix,
+        deadline_margin=spec.deadline_margin_s)
+
+
 def run(ctx) -> dict:
-    spec, inputs = FinetuneSpec.from_stage(ctx), ctx.inputs
-    strategy_lib.configure_threads()
-    seed = spec.seed
-    tf.random.set_seed(seed)
-    text_fields, label_field = spec.data.text_fields, spec.data.label_field
-    seq, batch_size, train_steps = spec.max_seq_length, spec.batch_size, spec.train_steps
-    kind, metric_names = spec.data.task_kind(), spec.data.scored_by()
-    regression = kind.regression
+    return run_training(ctx, FinetuneSpec.from_stage(ctx), FineTuning)
 
-    def read(path: str):
-        return load_examples(path, text_fields, label_field, columns=spec.data.columns,
-                             numeric_labels=regression)
 
-    tokenizer = load_tokenizer(inputs["vocab_dir"])
-    train_file = _one_file(inputs["train_file"])
-    train = read(train_file)
-    if not train:
-        raise DataFileError(train_file, 0, "no training examples",
-                            "the train file has a header but no rows")
-    labels = [] if regression else list(spec.data.labels or labels_of(train))
-    dev_files = {name: _one_file(path) for name, path in _dev_sets(inputs).items()}
-    task = seqio_tasks.register_classification_task(
-        spec.task or "finetune", train_file, dev_files, text_fields, label_field,
-        None if regression else labels, inputs["vocab_dir"], seq, columns=spec.data.columns,
-        regression=regression)
-    dev_sets = {}
-    for name, path in dev_files.items():
-        dev = read(path)
-        unknown = [] if regression else sorted({ex[1] for ex in dev} - set(labels))
+class FineTuning(TrainingKind):
+    """The finetune stage's data, classifier, starting encoder and scored summary
+    (runtime/training_stage.py runs them). Reads and checks every file before any model is
+    built."""
+
+    def __init__(self, ctx, spec: FinetuneSpec):
+        self.ctx, self.spec = ctx, spec
+        self.kind, self.metric_names = spec.data.task_kind(), spec.data.scored_by()
+        self.regression = self.kind.regression
+        self.metrics_fn = regression_metrics if self.regression else classification_metrics
+        tokenizer = load_tokenizer(ctx.inputs["vocab_dir"])
+        self._read_data()
+        self.config = BertConfig.from_dict(spec.model)
+        if tokenizer.vocab_size > self.config.vocab_size:
+            raise ValueError(f"model.vocab_size {self.config.vocab_size} is smaller than the "
+                             f"vocab's {tokenizer.vocab_size} tokens")
+        self.loop = loop_config(spec)
+        self.started_from = None  # start's
+
+    def _read(self, path: str) -> list:
+        data = self.spec.data
+        return load_examples(path, data.text_fields, data.label_field, columns=data.columns,
+                             numeric_labels=self.regression)
+
+    def _read_data(self) -> None:
+        """The train examples, the labels, the seqio task and each dev set (examples and
+        encoded arrays); raises on a file the stage could not use."""
+        spec, inputs, regression = self.spec, self.ctx.inputs, self.regression
+        train_file = _one_file(inputs["train_file"])
+        self.train = self._read(train_file)
+        if not self.train:
+            raise DataFileError(train_file, 0, "no training examples",
+                                "the train file has a header but no rows")
+        self.labels = [] if regression else list(spec.data.labels or labels_of(self.train))
+        dev_files = {name: _one_file(path) for name, path in _dev_sets(inputs).items()}
+        self.task = seqio_tasks.register_classification_task(
+            spec.task or "finetune", train_file, dev_files, spec.data.text_fields,
+            spec.data.label_field, None if regression else self.labels, inputs["vocab_dir"],
+            spec.max_seq_length, columns=spec.data.columns, regression=regression)
+        self.dev_sets = {name: (self._read_dev_set(name, path), _arrays(self.task, name))
+                         for name, path in dev_files.items()}
+
+    def _read_dev_set(self, name: str, path: str) -> list:
+        dev = self._read(path)
+        unknown = [] if self.regression else sorted({ex[1] for ex in dev} - set(self.labels))
         if unknown:  # before any training: they could never be scored right
             raise DataFileError(
                 path, 0, f"dev set {name!r} has labels the model is never trained on: "
                 f"{', '.join(map(repr, unknown[:5]))}",
-                f"the task's labels are {', '.join(map(repr, labels[:8]))}: fix the dev "
+                f"the task's labels are {', '.join(map(repr, self.labels[:8]))}: fix the dev "
                 "labels (spelling, case), or list every label in classification_task.labels")
-        dev_sets[name] = (dev, _arrays(task, name))
+        return dev
 
-    config = BertConfig.from_dict(spec.model)
-    if tokenizer.vocab_size > config.vocab_size:
-        raise ValueError(f"model.vocab_size {config.vocab_size} is smaller than the vocab's "
-                         f"{tokenizer.vocab_size} tokens")
-    # A short run: a few log lines, one checkpoint at the end (and at a stop).
-    log_every = max(1, min(100, train_steps // 5))
-    loop_config = TrainLoopConfig(
-        train_steps=train_steps, batch_size=batch_size, steps_per_loop=log_every,
-        log_every=log_every, checkpoint_every=train_steps, keep_checkpoints=1, jit_compile=False,
-        compute_dtype=spec.compute_dtype, deadline=spec.deadline_unix,
-        deadline_margin=spec.deadline_margin_s)
-    strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
-    xla = loop_config.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
-    with strategy.scope():
-        model = BertClassifier(config, num_labels=1 if regression else len(labels),
-                               compute_dtype=loop_config.compute_dtype, seed=seed, xla=xla,
-                               recompute=spec.recompute, regression=regression)
-        optimizer = optimizer_from_spec(spec.optimization(), train_steps, config.hidden_size)
-    trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop_config,
-                      metrics_fn=regression_metrics if regression else classification_metrics,
-                      progress=ctx.progress, on_checkpoint=ctx.sync)
-    start = _start_encoder(ctx, model, trainer)
-    ctx.progress(f"encoder from {start}; {len(train)} train examples, dev sets "
-                 + ", ".join(f"{n} ({len(d)})" for n, (d, _) in dev_sets.items())
-                 + ("; a regression" if regression else f"; {len(labels)} labels")
-                 + f", scored by {', '.join(metric_names)}")
+    def build(self, xla: bool):
+        spec = self.spec
+        model = BertClassifier(self.config,
+                               num_labels=1 if self.regression else len(self.labels),
+                               compute_dtype=self.loop.compute_dtype, seed=spec.seed, xla=xla,
+                               recompute=spec.recompute, regression=self.regression)
+        return model, optimizer_from_spec(spec.optimization(), spec.train_steps,
+                                          self.config.hidden_size)
 
-    def make_dataset(skip_batches: int) -> PerHostDataset:
+    def start(self, trainer: Trainer) -> None:
+        self.started_from = _start_encoder(self.ctx, trainer.model, trainer)
+        self.ctx.progress(
+            f"encoder from {self.started_from}; {len(self.train)} train examples, dev sets "
+            + ", ".join(f"{n} ({len(d)})" for n, (d, _) in self.dev_sets.items())
+            + ("; a regression" if self.regression else f"; {len(self.labels)} labels")
+            + f", scored by {', '.join(self.metric_names)}")
+
+    def make_dataset(self, skip_batches: int) -> PerHostDataset:
+        task, spec, examples = self.task, self.spec, len(self.train)
+
         def host_dataset(context: tf.distribute.InputContext):
             # This host's share, in order, then shuffled with the seed, at the per-replica
             # batch size; its replicas take consecutive batches.
@@ -241,46 +272,48 @@ def run(ctx) -> dict:
             ds = task.get_dataset(split="train", sequence_length=None, shuffle=False,
                                   num_epochs=1, shard_info=seqio.ShardInfo(
                                       context.input_pipeline_id, context.num_input_pipelines))
-            ds = ds.cache().shuffle(len(train), seed=seed, reshuffle_each_iteration=True)
-            ds = ds.repeat().batch(context.get_per_replica_batch_size(batch_size),
+            ds = ds.cache().shuffle(examples, seed=spec.seed, reshuffle_each_iteration=True)
+            ds = ds.repeat().batch(context.get_per_replica_batch_size(spec.batch_size),
                                    drop_remainder=True)
             return ds.skip(skip_batches * replicas).prefetch(2)
         return PerHostDataset(host_dataset)
 
-    try:
-        result = trainer.train(make_dataset)
-    except Preempted:  # and DeadlineReached: the curves so far, then the stop goes on
-        draw_stage_curves(ctx, sync=True)
-        raise
+    def summary(self, result: dict, trainer: Trainer) -> dict:
+        """Scores every dev set, writes its predictions and metrics.json."""
+        model = trainer.model
+        majority_label = None if self.regression else \
+            collections.Counter(label for _, label in self.train).most_common(1)[0][0]
+        scores = {name: self._score_dev_set(model, name, dev, dev_arrays, majority_label)
+                  for name, (dev, dev_arrays) in self.dev_sets.items()}
+        first = scores[next(iter(scores))]
+        summary = {
+            **{k: v for k, v in first.items() if k != "examples"},
+            "kind": self.kind.name,
+            "metrics": list(self.metric_names),
+            "dev_sets": scores,
+            "num_labels": model.num_labels,
+            "dev_examples": sum(s["examples"] for s in scores.values()),
+            "train_examples": len(self.train),
+            "step": result["step"],
+        }
+        metrics = dict(summary, majority_label=majority_label, labels=self.labels,
+                       train_loss=result.get("loss"), initialised_from=self.started_from)
+        with open(os.path.join(self.ctx.work_dir, METRICS_FILE), "w") as f:
+            json.dump(metrics, f, indent=2, sort_keys=True)
+            f.write("\n")
+        return summary
 
-    majority_label = None if regression else \
-        collections.Counter(label for _, label in train).most_common(1)[0][0]
-    scores = {}
-    for name, (dev, dev_arrays) in dev_sets.items():
-        scores[name], rows = _score(model, dev, dev_arrays, labels, batch_size, majority_label,
-                                    metric_names)
-        with open(os.path.join(ctx.work_dir, predictions_file(name)), "w",
+    def _score_dev_set(self, model: BertClassifier, name: str, dev: list, dev_arrays: dict,
+                       majority_label) -> dict:
+        """A dev set's scores; writes its predictions file."""
+        scores, rows = _score(model, dev, dev_arrays, self.labels, self.spec.batch_size,
+                              majority_label, self.metric_names)
+        with open(os.path.join(self.ctx.work_dir, predictions_file(name)), "w",
                   encoding="utf-8") as f:
-            f.write("\t".join(["label", "prediction", "probability", *text_fields]) + "\n")
+            f.write("\t".join(["label", "prediction", "probability",
+                               *self.spec.data.text_fields]) + "\n")
             for label, prediction, probability, texts in rows:
                 f.write("\t".join([label, prediction, probability,
                                    *(_clean(t) for t in texts)]) + "\n")
-        ctx.progress(f"dev set {name}: {_describe(scores[name])}")
-    first = scores[next(iter(scores))]
-    summary = {
-        **{k: v for k, v in first.items() if k != "examples"},
-        "kind": kind.name,
-        "metrics": list(metric_names),
-        "dev_sets": scores,
-        "num_labels": model.num_labels,
-        "dev_examples": sum(s["examples"] for s in scores.values()),
-        "train_examples": len(train),
-        "step": result["step"],
-    }
-    metrics = dict(summary, majority_label=majority_label, labels=labels,
-                   train_loss=result.get("loss"), initialised_from=start)
-    with open(os.path.join(ctx.work_dir, METRICS_FILE), "w") as f:
-        json.dump(metrics, f, indent=2, sort_keys=True)
-        f.write("\n")
-    draw_stage_curves(ctx, summary)  # curves.png, with the dev scores; a failure only warns
-    return summary
+        self.ctx.progress(f"dev set {name}: {_describe(scores)}")
+        return scores

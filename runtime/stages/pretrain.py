@@ -35,15 +35,15 @@ import tensorflow as tf
 
 from runexp.compiler.packing import rows_per_step
 from runexp.compiler.specs import TrainSpec
-from runexp.runtime import checkpoints, cluster, pretraining_data, strategy as strategy_lib
+from runexp.runtime import checkpoints, cluster, pretraining_data
 from runexp.runtime.distributed import PerHostDataset, broadcast_from_first_replica
 from runexp.runtime.bert_config import BertConfig, check_vocab, write_bert_config
 from runexp.runtime.model import BertPretrainer, count_parameters
 from runexp.runtime.optimizer import optimizer_from_spec
-from runexp.runtime.preemption import Preempted
-from runexp.runtime.report.curves import draw_stage_curves
+from runexp.runtime.train_log import pretraining_metrics
 from runexp.runtime.train_loop_config import TrainLoopConfig
-from runexp.runtime.trainer import Trainer, pretraining_metrics
+from runexp.runtime.trainer import Trainer
+from runexp.runtime.training_stage import TrainingKind, run_training
 
 
 # Examples per in-training held-out evaluation (eval_every), split between a mixture's
@@ -111,136 +111,167 @@ def data_stream(strategy: tf.distribute.Strategy, work_dir: str, resumed: bool) 
 
 
 def run(ctx) -> dict:
-    spec, inputs = TrainSpec.from_stage(ctx), ctx.inputs
-    strategy_lib.configure_threads()
-    config = BertConfig.from_dict(spec.model)
-    check_vocab(config, inputs.get("vocab_dir"))
-    seed, train_steps, batch_size = spec.seed, spec.train_steps, spec.batch_size
-    tf.random.set_seed(seed)
-    loop = loop_config(spec)
-    strategy = strategy_lib.make_strategy(strategy_lib.accelerator_of(ctx))
-    xla = loop.jit_compile or strategy_lib.is_tpu(strategy_lib.accelerator_of(ctx))
-    with strategy.scope():
-        model = BertPretrainer(config, compute_dtype=loop.compute_dtype, seed=seed, xla=xla,
-                               recompute=spec.recompute)
-        optimizer = optimizer_from_spec(spec.optimization, train_steps, config.hidden_size)
-    write_bert_config(config, ctx.work_dir)
+    return run_training(ctx, TrainSpec.from_stage(ctx), Pretraining)
 
-    seq, preds = spec.max_seq_length, spec.max_predictions_per_seq
-    data_dirs, rates = data_sources(spec, inputs)
-    train_batch, train_preds = batch_size, preds
-    if spec.packing:  # rows of several instances (compiler/packing.py): how many a step
-        train_batch, train_preds = packed_batch(ctx, spec, data_dirs, rates,
-                                                strategy.num_replicas_in_sync)
-        loop = dataclasses.replace(loop, batch_size=train_batch)
-    eval_dataset = None
-    if loop.eval_every:
-        held = [d for d in data_dirs if pretraining_data.has_split(d, "validation")]
-        if held:
-            # The examples are split between the members with a validation split.
-            eval_examples = max(1, EVAL_EXAMPLES // len(held))
-            eval_dataset = lambda: pretraining_data.pretraining_dataset(  # noqa: E731
-                held, "validation", batch_size=batch_size, max_seq_length=seq,
-                max_predictions_per_seq=preds, training=False, max_examples=eval_examples)
-        else:
-            ctx.progress(f"eval_every {loop.eval_every}: no validation split in "
-                         f"{', '.join(data_dirs)}; training without held-out evaluation")
-    trainer = Trainer(strategy, model, optimizer, ctx.work_dir, loop,
-                      metrics_fn=pretraining_metrics, progress=ctx.progress,
-                      on_checkpoint=ctx.sync, eval_dataset=eval_dataset)
 
-    init_report = phase_report = None
-    has_checkpoint = trainer.manager.latest_checkpoint is not None
-    previous_phase = inputs.get("previous_phase_dir")
-    if previous_phase and not has_checkpoint:
-        # A later phase, fresh: the previous phase's final weights; a resumed one has its own
-        # checkpoints (the phase is never restarted from the previous one).
-        carry = spec.optimizer_state == "carry"
-        prefix = checkpoints.start_from_previous_phase(model, optimizer, previous_phase, carry)
-        phase_report = {"checkpoint": prefix, "step": checkpoints.checkpoint_step(prefix),
-                        "optimizer_state": spec.optimizer_state}
-        ctx.progress(f"starting from the previous phase's final checkpoint {prefix}: its "
-                     + ("weights and optimizer moments (step and schedule start again)" if carry
-                        else "weights, with a fresh optimizer (new moments and warmup)"))
-    if spec.init_checkpoint and not has_checkpoint:
-        # Only a fresh run starts from init_checkpoint; a resumed one has its own weights.
-        # A Google checkpoint prefix, or a Hugging Face directory (config.json checked).
-        # The local copy of a gs:// checkpoint or directory where the storage layer made one
-        # (TensorFlow's own gs:// reader ignores the emulator and the listed versions).
-        local = inputs.get("init_checkpoint") or spec.init_checkpoint
-        report = checkpoints.load_init_checkpoint(
-            model.google_variables(), local[0] if isinstance(local, list) else local, config)
-        init_report = {"loaded": len(report.loaded), "missing": list(report.missing),
-                       "unused": list(report.unused), "source": report.source}
-        ctx.progress(f"init_checkpoint {spec.init_checkpoint}: {len(report.loaded)} variables "
-                     f"loaded, {len(report.missing)} missing, {len(report.unused)} unused")
-        fresh = [part for prefix, part in _HUGGINGFACE_PARTS
-                 if any(n.startswith(prefix) for n in report.missing)]
-        if report.source == "huggingface" and fresh:
-            # A BertModel directory (AutoModel) has no heads, a BertForMaskedLM one no pooler
-            # and no next-sentence head.
-            ctx.progress(f"init_checkpoint {spec.init_checkpoint} is a Hugging Face model "
-                         f"without {' and '.join(fresh)}: they start fresh")
-        for name in report.missing:
-            ctx.progress(f"  missing (left at its initial value): {name}")
-        for name in report.unused:
-            ctx.progress(f"  unused: {name}")
+class Pretraining(TrainingKind):
+    """The pretrain stage's model, data, starting weights and summary (runtime/
+    training_stage.py runs them)."""
 
-    ctx.progress(f"model: {count_parameters(model.google_variables()):,} parameters, "
-                 f"{strategy.num_replicas_in_sync} replica(s), optimizer "
-                 f"{spec.optimization.optimizer}, compute {loop.compute_dtype}"
-                 + (f", {loop.grad_accum_steps} micro-batches per step"
-                    if loop.grad_accum_steps > 1 else "")
-                 + (f", recompute {spec.recompute}" if spec.recompute != "none" else ""))
+    metrics_fn = staticmethod(pretraining_metrics)
 
-    stream = data_stream(strategy, ctx.work_dir, has_checkpoint)
-    if stream != pretraining_data.STREAM_VERSION:
-        ctx.progress(f"this run started with data stream version {stream} (seqio's sequential "
-                     "stream): it resumes with it, replaying the batches consumed; a fresh run "
-                     f"reads version {pretraining_data.STREAM_VERSION}, resumed by position")
+    def __init__(self, ctx, spec: TrainSpec):
+        self.ctx, self.spec = ctx, spec
+        self.config = BertConfig.from_dict(spec.model)
+        check_vocab(self.config, ctx.inputs.get("vocab_dir"))
+        self.loop = loop_config(spec)
+        self.data_dirs, self.rates = data_sources(spec, ctx.inputs)
+        # What a training batch holds: rows a step, prediction slots a row (packed: prepare).
+        self.rows, self.predictions = spec.batch_size, spec.max_predictions_per_seq
+        self.init_report = self.phase_report = None
+        self.strategy = self.stream = None  # prepare's and start's
 
-    def make_dataset(skip_batches: int) -> PerHostDataset:
+    def build(self, xla: bool):
+        spec = self.spec
+        model = BertPretrainer(self.config, compute_dtype=self.loop.compute_dtype,
+                               seed=spec.seed, xla=xla, recompute=spec.recompute)
+        return model, optimizer_from_spec(spec.optimization, spec.train_steps,
+                                          self.config.hidden_size)
+
+    def prepare(self, strategy: tf.distribute.Strategy) -> None:
+        self.strategy = strategy
+        write_bert_config(self.config, self.ctx.work_dir)
+        if self.spec.packing:  # rows of several instances (compiler/packing.py): how many a step
+            self.rows, self.predictions = packed_batch(self.ctx, self.spec, self.data_dirs,
+                                                       self.rates,
+                                                       strategy.num_replicas_in_sync)
+            self.loop = dataclasses.replace(self.loop, batch_size=self.rows)
+        self.eval_dataset = self._eval_dataset()
+
+    def _eval_dataset(self):
+        """The held-out dataset: the validation splits of the data dirs that have one."""
+        if not self.loop.eval_every:
+            return None
+        held = [d for d in self.data_dirs if pretraining_data.has_split(d, "validation")]
+        if not held:
+            self.ctx.progress(f"eval_every {self.loop.eval_every}: no validation split in "
+                              f"{', '.join(self.data_dirs)}; training without held-out "
+                              "evaluation")
+            return None
+        # The examples are split between the members with a validation split.
+        eval_examples = max(1, EVAL_EXAMPLES // len(held))
+        spec = self.spec
+        return lambda: pretraining_data.pretraining_dataset(
+            held, "validation", batch_size=spec.batch_size, max_seq_length=spec.max_seq_length,
+            max_predictions_per_seq=spec.max_predictions_per_seq, training=False,
+            max_examples=eval_examples)
+
+    def start(self, trainer: Trainer) -> None:
+        ctx, spec, model = self.ctx, self.spec, trainer.model
+        has_checkpoint = trainer.manager.latest_checkpoint is not None
+        previous_phase = ctx.inputs.get("previous_phase_dir")
+        if previous_phase and not has_checkpoint:
+            # A later phase, fresh: the previous phase's final weights; a resumed one has its
+            # own checkpoints (the phase is never restarted from the previous one).
+            self.phase_report = start_from_previous_phase(ctx, spec, trainer, previous_phase)
+        if spec.init_checkpoint and not has_checkpoint:
+            # Only a fresh run starts from init_checkpoint; a resumed one has its own weights.
+            self.init_report = load_init_checkpoint(ctx, spec, model, self.config)
+        ctx.progress(f"model: {count_parameters(model.google_variables()):,} parameters, "
+                     f"{self.strategy.num_replicas_in_sync} replica(s), optimizer "
+                     f"{spec.optimization.optimizer}, compute {self.loop.compute_dtype}"
+                     + (f", {self.loop.grad_accum_steps} micro-batches per step"
+                        if self.loop.grad_accum_steps > 1 else "")
+                     + (f", recompute {spec.recompute}" if spec.recompute != "none" else ""))
+        self.stream = data_stream(self.strategy, ctx.work_dir, has_checkpoint)
+        if self.stream != pretraining_data.STREAM_VERSION:
+            ctx.progress(f"this run started with data stream version {self.stream} (seqio's "
+                         "sequential stream): it resumes with it, replaying the batches "
+                         "consumed; a fresh run reads version "
+                         f"{pretraining_data.STREAM_VERSION}, resumed by position")
+
+    def make_dataset(self, skip_batches: int) -> PerHostDataset:
+        spec, data_dirs, rates = self.spec, self.data_dirs, self.rates
+
         def host_dataset(context: tf.distribute.InputContext):
             # This host's share of the data, at the per-replica batch size; its replicas take
             # consecutive batches, so it skips skip_batches global batches' worth of them.
             replicas = context.num_replicas_in_sync // context.num_input_pipelines
             return pretraining_data.pretraining_dataset(
                 data_dirs if rates else data_dirs[0], "train",
-                batch_size=context.get_per_replica_batch_size(train_batch),
-                max_seq_length=seq, max_predictions_per_seq=train_preds, seed=seed,
-                training=True,
+                batch_size=context.get_per_replica_batch_size(self.rows),
+                max_seq_length=spec.max_seq_length, max_predictions_per_seq=self.predictions,
+                seed=spec.seed, training=True,
                 skip_batches=skip_batches * replicas, rates=rates, mixture=spec.mixture,
                 shard_info=seqio.ShardInfo(context.input_pipeline_id,
-                                           context.num_input_pipelines), stream=stream)
+                                           context.num_input_pipelines), stream=self.stream)
         return PerHostDataset(host_dataset)
 
-    try:
-        result = trainer.train(make_dataset)
-    except Preempted:  # and DeadlineReached: the curves so far, then the stop goes on
-        draw_stage_curves(ctx, sync=True)
-        raise
-    summary = {
-        "step": result["step"],
-        "loss": result.get("loss"),
-        "mlm_accuracy": result.get("mlm_accuracy"),
-        "nsp_accuracy": result.get("nsp_accuracy"),
-        "examples_per_second": result.get("examples_per_second"),
-        "steps_trained": result["steps_trained"],
-        "resumed_from": result["resumed_from"],
-        "batches_consumed": int(trainer.batches_consumed.numpy()),
-        "parameters": count_parameters(model.google_variables()),
-    }
-    if result.get("deadline_seconds_left") is not None:
-        summary["deadline_seconds_left"] = result["deadline_seconds_left"]
-    if result.get("eval"):
-        summary["eval"] = {k: result["eval"][k] for k in ("mlm_accuracy", "nsp_accuracy",
-                                                            "loss")}
-    if spec.packing:  # what a step trained on (compiler/packing.py)
-        summary["packing"] = {"rows_per_step": train_batch, "batch_counts": spec.batch_counts,
-                              "factor": pretraining_data.packing_factor(data_dirs, rates)}
-    if init_report is not None:
-        summary["init_checkpoint"] = init_report
-    if phase_report is not None:
-        summary["previous_phase"] = phase_report
-    draw_stage_curves(ctx, summary)  # curves.png; a failure is only a warning
-    return summary
+    def summary(self, result: dict, trainer: Trainer) -> dict:
+        spec = self.spec
+        summary = {
+            "step": result["step"],
+            "loss": result.get("loss"),
+            "mlm_accuracy": result.get("mlm_accuracy"),
+            "nsp_accuracy": result.get("nsp_accuracy"),
+            "examples_per_second": result.get("examples_per_second"),
+            "steps_trained": result["steps_trained"],
+            "resumed_from": result["resumed_from"],
+            "batches_consumed": int(trainer.batches_consumed.numpy()),
+            "parameters": count_parameters(trainer.model.google_variables()),
+        }
+        if result.get("deadline_seconds_left") is not None:
+            summary["deadline_seconds_left"] = result["deadline_seconds_left"]
+        if result.get("eval"):
+            summary["eval"] = {k: result["eval"][k] for k in ("mlm_accuracy", "nsp_accuracy",
+                                                                "loss")}
+        if spec.packing:  # what a step trained on (compiler/packing.py)
+            summary["packing"] = {"rows_per_step": self.rows, "batch_counts": spec.batch_counts,
+                                  "factor": pretraining_data.packing_factor(self.data_dirs,
+                                                                            self.rates)}
+        if self.init_report is not None:
+            summary["init_checkpoint"] = self.init_report
+        if self.phase_report is not None:
+            summary["previous_phase"] = self.phase_report
+        return summary
+
+
+def start_from_previous_phase(ctx, spec: TrainSpec, trainer: Trainer,
+                              previous_phase: str) -> dict:
+    """Starts a fresh later phase from the previous phase's final checkpoint (its weights;
+    its optimizer moments too with ``optimizer_state`` "carry"); returns the summary's
+    ``previous_phase``."""
+    carry = spec.optimizer_state == "carry"
+    prefix = checkpoints.start_from_previous_phase(trainer.model, trainer.optimizer,
+                                                   previous_phase, carry)
+    ctx.progress(f"starting from the previous phase's final checkpoint {prefix}: its "
+                 + ("weights and optimizer moments (step and schedule start again)" if carry
+                    else "weights, with a fresh optimizer (new moments and warmup)"))
+    return {"checkpoint": prefix, "step": checkpoints.checkpoint_step(prefix),
+            "optimizer_state": spec.optimizer_state}
+
+
+def load_init_checkpoint(ctx, spec: TrainSpec, model: BertPretrainer,
+                         config: BertConfig) -> dict:
+    """Loads a fresh run's ``init_checkpoint``: a Google checkpoint prefix, or a Hugging
+    Face directory (config.json checked); returns the summary's ``init_checkpoint``."""
+    # The local copy of a gs:// checkpoint or directory where the storage layer made one
+    # (TensorFlow's own gs:// reader ignores the emulator and the listed versions).
+    local = ctx.inputs.get("init_checkpoint") or spec.init_checkpoint
+    report = checkpoints.load_init_checkpoint(
+        model.google_variables(), local[0] if isinstance(local, list) else local, config)
+    ctx.progress(f"init_checkpoint {spec.init_checkpoint}: {len(report.loaded)} variables "
+                 f"loaded, {len(report.missing)} missing, {len(report.unused)} unused")
+    fresh = [part for prefix, part in _HUGGINGFACE_PARTS
+             if any(n.startswith(prefix) for n in report.missing)]
+    if report.source == "huggingface" and fresh:
+        # A BertModel directory (AutoModel) has no heads, a BertForMaskedLM one no pooler
+        # and no next-sentence head.
+        ctx.progress(f"init_checkpoint {spec.init_checkpoint} is a Hugging Face model "
+                     f"without {' and '.join(fresh)}: they start fresh")
+    for name in report.missing:
+        ctx.progress(f"  missing (left at its initial value): {name}")
+    for name in report.unused:
+        ctx.progress(f"  unused: {name}")
+    return {"loaded": len(report.loaded), "missing": list(report.missing),
+            "unused": list(report.unused), "source": report.source}

@@ -1,5 +1,6 @@
 """The training loop in one process: gradient accumulation, XLA, compute dtypes, the
-deadline, the SIGTERM watcher, held-out evaluation and TensorBoard scalars."""
+deadline, the SIGTERM watcher, held-out evaluation, TensorBoard scalars and what
+examples/s counts on packed rows."""
 
 import dataclasses
 import glob
@@ -22,8 +23,10 @@ from runexp.runtime.optimizer import optimizer_from_spec
 from runexp.runtime.preemption import DeadlineReached, PreemptionWatcher
 from runexp.runtime.stages import pretrain
 from runexp.runtime.stop_planner import StopPlanner
+from runexp.runtime.throughput import examples_in
 from runexp.runtime.train_loop_config import TrainLoopConfig
 from runexp.runtime.trainer import Trainer, pretraining_metrics
+from runexp.tasks.packing import pack_batch
 
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
@@ -337,6 +340,64 @@ def test_a_run_that_slows_down_still_checkpoints_before_the_deadline(tmp_path, m
     assert len({checkpoint for checkpoint, _ in synced}) >= 3, log  # the slow-down ran
     assert _last_record(str(tmp_path / "pt"))["deadline_seconds_left"] == round(
         e.seconds_left, 2)
+
+
+def _short_instances(n: int, length: int = 10, predictions: int = 2) -> dict:
+    """``n`` instances of at most ``length`` tokens, padded to TINY_SEQ: three fit a row."""
+    rng = np.random.default_rng(0)
+    rows = [make_instance(rng, TINY_MODEL["vocab_size"], length, predictions)
+            for _ in range(n)]
+    out = {k: np.array([r[k] for r in rows], np.float32 if k == "masked_lm_weights"
+                       else np.int32) for k in rows[0]}
+    for k in ("input_ids", "input_mask", "segment_ids"):
+        out[k] = np.pad(out[k], [(0, 0), (0, TINY_SEQ - length)])
+    return out
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["rows", "packed"])
+def test_examples_per_second_counts_the_instances_of_packed_rows(tmp_path, monkeypatch,
+                                                                 packed):
+    """Issue 27: a packed row holds up to three instances, and the train log's and the
+    summary's examples_per_second count instances (the model's ``examples`` stat, the
+    batch's ``next_sentence_weights``), not rows. On a fake clock each one-step call takes
+    1 s: 4 rows a step are 4 examples/s unpacked, 9 instances/s packed."""
+    instances = _short_instances(9)
+    if packed:
+        batch = pack_batch(instances, TINY_SEQ, 3 * 2,
+                           groups=[(0, 1, 2), (3, 4, 5), (6, 7), (8,)])
+    else:
+        batch = {k: v[:4] for k, v in instances.items()}
+    assert len(batch["input_ids"]) == 4
+    clock = FakeClock()
+    monkeypatch.setattr(trainer_module, "time", type("FakeTime", (), {
+        "perf_counter": staticmethod(clock), "time": staticmethod(clock),
+        "monotonic": staticmethod(clock)}))
+    config = TrainLoopConfig(train_steps=3, batch_size=4, jit_compile=False, steps_per_loop=1,
+                             log_every=1, checkpoint_every=3)
+    trainer = Trainer(tf.distribute.get_strategy(),
+                      BertPretrainer(BertConfig.from_dict(NO_DROPOUT), xla=False),
+                      optimizer_from_spec(OptimizerSpec(optimizer="adamw", learning_rate=1e-3),
+                                          100, 32),
+                      str(tmp_path / "pt"), config, pretraining_metrics,
+                      progress=lambda _: None)
+    loop = trainer._loop_fn
+
+    def one_second_a_call(iterator, num_steps):
+        out = loop(iterator, num_steps)
+        clock.advance(1.0)
+        return out
+
+    trainer._loop_fn = one_second_a_call
+    summary = trainer.train(lambda skip: tf.data.Dataset.from_tensors(batch).repeat())
+    expected = 9.0 if packed else 4.0
+    with open(tmp_path / "pt" / "train_log.jsonl") as f:
+        assert [json.loads(line)["examples_per_second"] for line in f] == [expected] * 3
+    assert summary["examples_per_second"] == expected  # steady: the calls after tracing
+
+
+def test_a_model_without_an_examples_stat_counts_rows():
+    assert examples_in({"loss_sum": 1.0}, steps=3, batch_size=8) == 24
+    assert examples_in({"loss_sum": 1.0, "examples": 20.0}, steps=3, batch_size=8) == 20.0
 
 
 def test_sigterm_watcher_sets_the_flag_and_restores_the_handler():
