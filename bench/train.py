@@ -146,7 +146,8 @@ class RunexpRunner:
         from runexp.compiler.specs import OptimizerSpec
         from runexp.runtime.optimizer import optimizer_from_spec
         from runexp.runtime.train_loop_config import TrainLoopConfig
-        from runexp.runtime.trainer import Trainer, pretraining_metrics
+        from runexp.runtime.train_log import pretraining_metrics
+        from runexp.runtime.trainer import Trainer
 
         self.tf = tf
         self.model = BertPretrainer(BertConfig.from_dict(model), xla=xla)

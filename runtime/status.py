@@ -18,6 +18,7 @@ import time
 from typing import Callable, Optional
 
 from runexp.compiler.kinds import KINDS, TRAINING_KINDS
+from runexp.compiler.packing import packing_of
 from runexp.compiler.plan import MANIFEST_FILE, Plan
 from runexp.compiler.render import PARTICIPLES, SYMBOLS
 from runexp.compiler.state import REUSE, latest_checkpoint_step, plan_states
@@ -44,7 +45,7 @@ def _log_tail(stage, checkpoint_step: Optional[int]) -> tuple[Optional[dict], Op
     return last, stop
 
 
-def _training(stage, live: bool) -> dict:
+def _training(plan: Plan, stage, live: bool) -> dict:
     """Step, loss, rate and ETA of a training stage from its log; its stop, if any."""
     spec = KINDS[stage.kind].spec.from_stage(stage)
     out: dict = {"train_steps": spec.train_steps}
@@ -55,7 +56,11 @@ def _training(stage, live: bool) -> dict:
         out.update(step=last.get("step"), loss=last.get("loss"),
                    examples_per_second=last.get("examples_per_second"),
                    logged_at=last.get("time"))
-        eps, batch = last.get("examples_per_second"), spec.batch_size
+        # The log's rate counts instances (a packed row holds several): the ETA divides the
+        # instances a step by it.
+        packing = packing_of(plan, stage) if stage.kind == "pretrain" else None
+        eps = last.get("examples_per_second")
+        batch = packing.instances_per_step if packing is not None else spec.batch_size
         if live and eps and batch and out["train_steps"]:
             left = max(0, int(out["train_steps"]) - int(last.get("step") or 0))
             out["eta_seconds"] = round(left * float(batch) / float(eps))
@@ -83,7 +88,7 @@ def status(plan: Plan, read: Reader) -> dict:
         else:
             entry.update(state="not done", next_run=st.action, reason=st.reason)
         if stage.kind in TRAINING_KINDS and st.action != REUSE:
-            entry.update(_training(stage, entry["state"] == "running"))
+            entry.update(_training(plan, stage, entry["state"] == "running"))
         stages.append(entry)
     out = {"experiment": plan.experiment, "output_root": plan.output_root,
            "stages": stages, "done": sum(s["state"] == "done" for s in stages),

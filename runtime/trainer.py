@@ -71,7 +71,6 @@ from runexp.runtime.throughput import Throughput, examples_in
 from runexp.runtime.train_log import (TENSORBOARD_SUBDIR, RunLog, format_eta, last_metrics,
                                       trim_logs)
 # runtime/stages/evaluate.py, tests and bench import the pretrainer's metrics from here.
-from runexp.runtime.train_log import pretraining_metrics  # noqa: F401
 from runexp.runtime.train_loop_config import TrainLoopConfig
 from runexp.runtime.train_step import build_loop
 

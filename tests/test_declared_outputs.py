@@ -11,7 +11,7 @@ refused when the key is declared (a summary's, an export artifact's, a bad-input
   the key;
 unless the file is the declaration (compiler/specs/) or the key's writer (the handler of a
 kind that declares it, runtime/stages/<kind>.py), the key is also one of the file's own data
-(OWN_DATA), or the file is one of PENDING.
+(OWN_DATA).
 """
 
 from __future__ import annotations
@@ -60,14 +60,6 @@ OWN_DATA = {
 
 # Files that read summary keys by string and are being written or restructured by other
 # work; their reads are to go through the records (StageReport.outputs, read_summary).
-PENDING = {
-    "runtime/report/curves.py": "the curves' references read the evaluate and finetune "
-                                "summaries (majority_token_accuracy, majority_baseline)",
-    "runtime/report/ablations.py": "the ablation section reads the preprocess summary's "
-                                   "train.packing.factor",
-}
-
-
 def declared_keys() -> dict[str, set[str]]:
     """key -> the kinds that declare it (bad-input kinds and export artifacts under the
     kinds whose summaries hold them)."""
@@ -109,7 +101,7 @@ def _writer_kind(rel: str) -> str | None:
 
 def undeclared_reads(rel: str, source: str, keys: dict[str, set[str]]) -> list[str]:
     """The reads of ``source`` (the file ``rel``) that this test refuses."""
-    if rel.startswith("compiler/specs/") or rel in PENDING:
+    if rel.startswith("compiler/specs/"):
         return []
     own = _writer_kind(rel)
     wrong = []

@@ -28,7 +28,9 @@ import math
 import os
 from typing import Mapping, Optional, Sequence
 
+from runexp.compiler.kinds import read_summary
 from runexp.compiler.specs import PreprocessSpec
+from runexp.compiler.specs.task_kinds import ACCURACY
 from runexp.runtime import cluster, log_reader
 from runexp.runtime.log_reader import EVAL_LOG, TRAIN_LOG
 
@@ -181,29 +183,31 @@ def references(plan, stage, summaries: Mapping[str, dict]) -> dict[str, list[Ref
         if clip:
             add("grad_norm", Reference("clip norm", float(clip)))
         ev = _evaluate_of(plan, stage)
-        scores = summaries.get(ev.id) if ev is not None else None
+        found = summaries.get(ev.id) if ev is not None else None
+        scores = read_summary("evaluate", found) if found else None
         if scores:
-            step = scores.get("step")
-            if scores.get("majority_token_accuracy") is not None:
+            step = scores.step
+            if scores.majority_token_accuracy is not None:
                 add("mlm_accuracy", Reference("most frequent token (baseline)",
-                                              scores["majority_token_accuracy"]))
-            if scores.get("mlm_accuracy") is not None and step is not None:
-                add("mlm_accuracy", Reference(f"{ev.id} stage", scores["mlm_accuracy"], step))
-            if scores.get("nsp_accuracy") is not None and step is not None:
-                add("nsp_accuracy", Reference(f"{ev.id} stage", scores["nsp_accuracy"], step))
+                                              scores.majority_token_accuracy))
+            if scores.mlm_accuracy is not None and step is not None:
+                add("mlm_accuracy", Reference(f"{ev.id} stage", scores.mlm_accuracy, step))
+            if scores.nsp_accuracy is not None and step is not None:
+                add("nsp_accuracy", Reference(f"{ev.id} stage", scores.nsp_accuracy, step))
     elif stage.kind == "finetune":
-        labels = own.get("num_labels")
+        run = read_summary("finetune", own)
+        labels = run.num_labels
         if labels and labels > 1:
             add("loss", Reference(f"uniform guess: ln {labels}", math.log(labels)))
-        sets = own.get("dev_sets") or ({"dev": own} if "accuracy" in own else {})
-        step = own.get("step")
+        sets, step = run.dev_scores(), run.step
         for name, scores in sets.items():
             suffix = "" if len(sets) == 1 else f" ({name})"
-            if scores.get("majority_baseline") is not None:
-                add("accuracy", Reference(f"majority class{suffix}", scores["majority_baseline"]))
-            if scores.get("accuracy") is not None and step is not None:
-                add("accuracy", Reference("dev accuracy" if name == "dev" else f"dev set {name}",
-                                          scores["accuracy"], step))
+            if scores.majority_baseline is not None:
+                add(ACCURACY, Reference(f"majority class{suffix}", scores.majority_baseline))
+            accuracy = scores.values.get(ACCURACY)
+            if accuracy is not None and step is not None:
+                add(ACCURACY, Reference("dev accuracy" if name == "dev" else f"dev set {name}",
+                                        accuracy, step))
     return refs
 
 

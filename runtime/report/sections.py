@@ -17,6 +17,7 @@ from runexp.runtime.report.collect import (BOOKKEEPING, STATUS_TEXT, Report, Roo
                                            StageReport)
 from runexp.runtime.report.format import (compare, duration, esc, img, key_params, path_html,
                                           pct, status_badge)
+from runexp.runtime.report.ablations import section_ablation
 from runexp.runtime.report.sweeps import section_sweeps
 
 
@@ -407,6 +408,8 @@ def render(r: Report) -> str:
         ("metrics", "Results against baselines", _section_metrics(r)),
         *([("sweeps", "Sweeps: the grid, the selection", section_sweeps(r, reader))]
           if r.by_kind("sweep") else []),
+        *([("ablation", "Ablation: the points compared", section_ablation(r, reader))]
+          if r.plan.ablation else []),
         ("plan", "Plan: stages and key parameters", _section_plan(r)),
         ("time", "Time: estimated and actual", _section_time(r)),
         ("curves", "Training curves", _section_curves(r)),

@@ -25,7 +25,8 @@ from runexp.runtime import checkpoints, pretraining_data, strategy as strategy_l
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.model import BertPretrainer
 from runexp.runtime.progress import Meter
-from runexp.runtime.trainer import evaluate_totals, pretraining_metrics
+from runexp.runtime.distributed import evaluate_totals
+from runexp.runtime.train_log import pretraining_metrics
 
 METRICS_FILE = "metrics.json"
 # Enough train targets to know the most frequent token; reading more changes nothing.

@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from runexp.compiler import globs
 from runexp.compiler.specs import FinetuneSpec
+from runexp.compiler.specs.finetune import DevScores, FinetuneSummary, Scores
 from runexp.runtime import checkpoints
 from runexp.compiler.errors import Problem, UserError
 from runexp.runtime.bert_config import BertConfig
@@ -278,25 +279,22 @@ class FineTuning(TrainingKind):
             return ds.skip(skip_batches * replicas).prefetch(2)
         return PerHostDataset(host_dataset)
 
-    def summary(self, result: dict, trainer: Trainer) -> dict:
+    def summary(self, result: dict, trainer: Trainer) -> FinetuneSummary:
         """Scores every dev set, writes its predictions and metrics.json."""
         model = trainer.model
         majority_label = None if self.regression else \
             collections.Counter(label for _, label in self.train).most_common(1)[0][0]
-        scores = {name: self._score_dev_set(model, name, dev, dev_arrays, majority_label)
+        scores = {name: DevScores.read(self._score_dev_set(model, name, dev, dev_arrays,
+                                                           majority_label))
                   for name, (dev, dev_arrays) in self.dev_sets.items()}
         first = scores[next(iter(scores))]
-        summary = {
-            **{k: v for k, v in first.items() if k != "examples"},
-            "kind": self.kind.name,
-            "metrics": list(self.metric_names),
-            "dev_sets": scores,
-            "num_labels": model.num_labels,
-            "dev_examples": sum(s["examples"] for s in scores.values()),
-            "train_examples": len(self.train),
-            "step": result["step"],
-        }
-        metrics = dict(summary, majority_label=majority_label, labels=self.labels,
+        summary = FinetuneSummary(
+            scores=Scores(values=first.values, majority_baseline=first.majority_baseline),
+            kind=self.kind.name, metrics=list(self.metric_names), dev_sets=scores,
+            num_labels=model.num_labels,
+            dev_examples=sum(s.examples for s in scores.values()),
+            train_examples=len(self.train), step=result["step"])
+        metrics = dict(summary.to_dict(), majority_label=majority_label, labels=self.labels,
                        train_loss=result.get("loss"), initialised_from=self.started_from)
         with open(os.path.join(self.ctx.work_dir, METRICS_FILE), "w") as f:
             json.dump(metrics, f, indent=2, sort_keys=True)

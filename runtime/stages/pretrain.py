@@ -35,6 +35,8 @@ import tensorflow as tf
 
 from runexp.compiler.packing import rows_per_step
 from runexp.compiler.specs import TrainSpec
+from runexp.compiler.specs.train import (InitCheckpointReport, PackedBatches, PhaseStart,
+                                         PretrainSummary, TrainingEval)
 from runexp.runtime import checkpoints, cluster, pretraining_data
 from runexp.runtime.distributed import PerHostDataset, broadcast_from_first_replica
 from runexp.runtime.bert_config import BertConfig, check_vocab, write_bert_config
@@ -207,37 +209,28 @@ class Pretraining(TrainingKind):
                                            context.num_input_pipelines), stream=self.stream)
         return PerHostDataset(host_dataset)
 
-    def summary(self, result: dict, trainer: Trainer) -> dict:
+    def summary(self, result: dict, trainer: Trainer) -> PretrainSummary:
         spec = self.spec
-        summary = {
-            "step": result["step"],
-            "loss": result.get("loss"),
-            "mlm_accuracy": result.get("mlm_accuracy"),
-            "nsp_accuracy": result.get("nsp_accuracy"),
-            "examples_per_second": result.get("examples_per_second"),
-            "steps_trained": result["steps_trained"],
-            "resumed_from": result["resumed_from"],
-            "batches_consumed": int(trainer.batches_consumed.numpy()),
-            "parameters": count_parameters(trainer.model.google_variables()),
-        }
-        if result.get("deadline_seconds_left") is not None:
-            summary["deadline_seconds_left"] = result["deadline_seconds_left"]
-        if result.get("eval"):
-            summary["eval"] = {k: result["eval"][k] for k in ("mlm_accuracy", "nsp_accuracy",
-                                                                "loss")}
+        packing = None
         if spec.packing:  # what a step trained on (compiler/packing.py)
-            summary["packing"] = {"rows_per_step": self.rows, "batch_counts": spec.batch_counts,
-                                  "factor": pretraining_data.packing_factor(self.data_dirs,
-                                                                            self.rates)}
-        if self.init_report is not None:
-            summary["init_checkpoint"] = self.init_report
-        if self.phase_report is not None:
-            summary["previous_phase"] = self.phase_report
-        return summary
+            packing = PackedBatches(rows_per_step=self.rows, batch_counts=spec.batch_counts,
+                                    factor=pretraining_data.packing_factor(self.data_dirs,
+                                                                           self.rates))
+        return PretrainSummary(
+            step=result["step"], loss=result.get("loss"),
+            mlm_accuracy=result.get("mlm_accuracy"), nsp_accuracy=result.get("nsp_accuracy"),
+            examples_per_second=result.get("examples_per_second"),
+            steps_trained=result["steps_trained"], resumed_from=result["resumed_from"],
+            batches_consumed=int(trainer.batches_consumed.numpy()),
+            parameters=count_parameters(trainer.model.google_variables()),
+            deadline_seconds_left=result.get("deadline_seconds_left"),
+            eval=TrainingEval.read(result["eval"]) if result.get("eval") else None,
+            packing=packing, init_checkpoint=self.init_report,
+            previous_phase=self.phase_report)
 
 
 def start_from_previous_phase(ctx, spec: TrainSpec, trainer: Trainer,
-                              previous_phase: str) -> dict:
+                              previous_phase: str) -> PhaseStart:
     """Starts a fresh later phase from the previous phase's final checkpoint (its weights;
     its optimizer moments too with ``optimizer_state`` "carry"); returns the summary's
     ``previous_phase``."""
@@ -247,12 +240,12 @@ def start_from_previous_phase(ctx, spec: TrainSpec, trainer: Trainer,
     ctx.progress(f"starting from the previous phase's final checkpoint {prefix}: its "
                  + ("weights and optimizer moments (step and schedule start again)" if carry
                     else "weights, with a fresh optimizer (new moments and warmup)"))
-    return {"checkpoint": prefix, "step": checkpoints.checkpoint_step(prefix),
-            "optimizer_state": spec.optimizer_state}
+    return PhaseStart(checkpoint=prefix, step=checkpoints.checkpoint_step(prefix),
+                      optimizer_state=spec.optimizer_state)
 
 
 def load_init_checkpoint(ctx, spec: TrainSpec, model: BertPretrainer,
-                         config: BertConfig) -> dict:
+                         config: BertConfig) -> InitCheckpointReport:
     """Loads a fresh run's ``init_checkpoint``: a Google checkpoint prefix, or a Hugging
     Face directory (config.json checked); returns the summary's ``init_checkpoint``."""
     # The local copy of a gs:// checkpoint or directory where the storage layer made one
@@ -273,5 +266,5 @@ def load_init_checkpoint(ctx, spec: TrainSpec, model: BertPretrainer,
         ctx.progress(f"  missing (left at its initial value): {name}")
     for name in report.unused:
         ctx.progress(f"  unused: {name}")
-    return {"loaded": len(report.loaded), "missing": list(report.missing),
-            "unused": list(report.unused), "source": report.source}
+    return InitCheckpointReport(loaded=len(report.loaded), missing=list(report.missing),
+                                unused=list(report.unused), source=report.source)

@@ -66,7 +66,7 @@ def _finetune_and_export(upstream, name, pairs, train_steps):
               "dev_files": {"dev": str(root / f"{name}_dev.tsv")},
               "vocab_dir": vocab_dir, "checkpoint_dir": pretrain_dir}
     finetune_stage = stage("finetune", params, inputs, str(root / f"{name}_finetune"))
-    scores = finetune.run(_ctx_of(finetune_stage))
+    scores = finetune.run(_ctx_of(finetune_stage)).to_dict()
     out = str(root / f"{name}_export")
     summary = export.run(export_ctx(
         TINY_MODEL, {"checkpoint_dir": pretrain_dir, "vocab_dir": vocab_dir,

@@ -275,7 +275,7 @@ def finetuned_export(tmp_path_factory):
     plan = Plan(experiment="test", output_root=str(root), stages=(tuned,),
                 accelerator={"type": "cpu"})
     finetune.run(StageContext(stage=tuned, plan=plan, work_dir=tuned.output_dir,
-                              progress=lambda _: None))
+                              progress=lambda _: None)).to_dict()
     out = str(root / "export")
     export.run(export_ctx(TINY_MODEL, {"checkpoint_dir": pretrain_dir, "vocab_dir": vocab_dir,
                                        "finetune_dir": tuned.output_dir}, out, [tuned]))

@@ -48,7 +48,7 @@ def _run(tmp_path, pretrained, regression, data_params):
     inputs = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv"),
               "vocab_dir": vocab_dir, "checkpoint_dir": work_dir}
     out = tmp_path / "finetune"
-    summary = finetune.run(make_ctx("finetune", params, inputs, str(out)))
+    summary = finetune.run(make_ctx("finetune", params, inputs, str(out))).to_dict()
     metrics = json.loads((out / "metrics.json").read_text())
     with open(out / "predictions.dev.tsv") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))

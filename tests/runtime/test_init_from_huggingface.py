@@ -123,7 +123,7 @@ def test_first_training_step_loss_equals_transformers(hf_dirs, pretrain_data, tm
                              log_every=1, steps_per_loop=1, checkpoint_every=1)
     summary = pretrain.run(make_ctx("pretrain", params, {"data_dir": data_dir,
                                                          "vocab_dir": vocab_dir},
-                                    str(tmp_path / "pretrain"), messages))
+                                    str(tmp_path / "pretrain"), messages)).to_dict()
     assert summary["init_checkpoint"]["source"] == "huggingface"
     assert summary["init_checkpoint"]["missing"] == []
     assert not any("start fresh" in m for m in messages)
@@ -171,7 +171,7 @@ def test_an_encoder_directory_gives_the_encoder_and_fresh_heads(hf_dirs, pretrai
                              log_every=1, steps_per_loop=1, checkpoint_every=1)
     summary = pretrain.run(make_ctx("pretrain", params, {"data_dir": data_dir,
                                                          "vocab_dir": vocab_dir},
-                                    str(tmp_path / "pretrain"), messages))
+                                    str(tmp_path / "pretrain"), messages)).to_dict()
     assert summary["init_checkpoint"]["missing"] == list(HEADS)
     assert any(m == f"init_checkpoint {encoder_only} is a Hugging Face model without the "
                "masked-LM head and the next-sentence head: they start fresh"
@@ -312,7 +312,7 @@ def test_the_finetune_stage_starts_from_an_encoder_directory(hf_dirs, tmp_path):
     finetune.run(make_ctx("finetune", params, {
         "train_file": str(tmp_path / "train.tsv"), "dev_files": {"dev": str(tmp_path / "dev.tsv")},
         "vocab_dir": vocab_dir, "init_checkpoint": encoder_only}, str(tmp_path / "finetune"),
-        messages))
+        messages)).to_dict()
     line = next(m for m in messages if m.startswith(f"init_checkpoint {encoder_only}"))
     assert f"{len(BertPretrainer(BertConfig.from_dict(MODEL)).encoder.named_variables())} " \
            "variables loaded" in line

@@ -118,7 +118,7 @@ def _phase2(tmp_path, name, previous, data_dir, vocab_dir, **params):
     p.update(params)
     ctx = make_ctx("pretrain", p, {"data_dir": data_dir, "vocab_dir": vocab_dir,
                                    "previous_phase_dir": previous}, str(tmp_path / name))
-    return ctx.work_dir, pretrain.run(ctx)
+    return ctx.work_dir, pretrain.run(ctx).to_dict()
 
 
 def test_a_later_phase_starts_from_the_previous_final_weights(pretrained, pretrain_data,

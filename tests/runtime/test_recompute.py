@@ -182,12 +182,12 @@ def test_pretrain_stage_recomputes_and_resumes_either_way(pretrain_data, tmp_pat
 
     messages = []
     on = str(tmp_path / "on")
-    pretrain.run(make_ctx("pretrain", dict(params, recompute="layers"), inputs, on, messages))
+    pretrain.run(make_ctx("pretrain", dict(params, recompute="layers"), inputs, on, messages)).to_dict()
     assert any("recompute layers" in m for m in messages)
     off = str(tmp_path / "off")
-    pretrain.run(make_ctx("pretrain", params, inputs, off))
+    pretrain.run(make_ctx("pretrain", params, inputs, off)).to_dict()
     np.testing.assert_allclose(losses(on), losses(off), rtol=1e-5)
-    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, on))
+    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, on)).to_dict()
     assert resumed["resumed_from"].endswith("ckpt-20") and resumed["step"] == 30
 
 

@@ -355,7 +355,7 @@ def test_a_stopped_pretrain_stage_draws_its_curves_and_syncs_them(pretrain_data,
                    {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir, messages)
     ctx.sync = lambda: synced.append(os.path.exists(os.path.join(work_dir, "curves.png")))
     with pytest.raises(DeadlineReached):
-        pretrain.run(ctx)
+        pretrain.run(ctx).to_dict()
     with open(os.path.join(work_dir, "curves.png"), "rb") as f:
         check_png(f.read(), min_width=1400)
     assert synced == [True] and "training curves: curves.png" in messages

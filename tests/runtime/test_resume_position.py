@@ -213,17 +213,17 @@ def test_a_run_records_its_stream_and_an_older_run_resumes_with_its_own(pretrain
     params = pretrain_params(train_steps=2, checkpoint_every=2, log_every=2, steps_per_loop=2,
                              batch_size=8)
     work_dir = str(tmp_path / "new")
-    pretrain.run(make_ctx("pretrain", params, inputs, work_dir))
+    pretrain.run(make_ctx("pretrain", params, inputs, work_dir)).to_dict()
     with open(os.path.join(work_dir, pretraining_data.STREAM_FILE)) as f:
         assert json.load(f) == {"stream": pretraining_data.STREAM_VERSION}
     messages = []
-    pretrain.run(make_ctx("pretrain", dict(params, train_steps=4), inputs, work_dir, messages))
+    pretrain.run(make_ctx("pretrain", dict(params, train_steps=4), inputs, work_dir, messages)).to_dict()
     assert not any("data stream version" in m for m in messages)
     # A run written before streams had versions: no data_stream.json.
     os.remove(os.path.join(work_dir, pretraining_data.STREAM_FILE))
     messages = []
     summary = pretrain.run(make_ctx("pretrain", dict(params, train_steps=6), inputs, work_dir,
-                                    messages))
+                                    messages)).to_dict()
     assert summary["step"] == 6
     assert any("data stream version 1" in m and "replaying" in m for m in messages)
     assert pretraining_data.stream_of_run(work_dir, resumed=True) == 1

@@ -50,7 +50,7 @@ def test_finetune_beats_the_majority_label(pretrained, tmp_path):
     inputs = {"train_file": str(tmp_path / "train.tsv"), "dev_file": str(tmp_path / "dev.tsv"),
               "vocab_dir": vocab_dir, "checkpoint_dir": work_dir}
     out = str(tmp_path / "finetune")
-    summary = finetune.run(make_ctx("finetune", params, inputs, out))
+    summary = finetune.run(make_ctx("finetune", params, inputs, out)).to_dict()
     with open(os.path.join(out, "metrics.json")) as f:
         metrics = json.load(f)
     assert metrics["num_labels"] == 2 and metrics["dev_examples"] == 60
@@ -80,7 +80,7 @@ def test_finetune_from_a_google_checkpoint_scores_each_dev_set(pretrained, tmp_p
               "vocab_dir": vocab_dir, "init_checkpoint": prefix}
     out = str(tmp_path / "finetune")
     messages = []
-    summary = finetune.run(make_ctx("finetune", params, inputs, out, messages))
+    summary = finetune.run(make_ctx("finetune", params, inputs, out, messages)).to_dict()
     assert list(summary["dev_sets"]) == ["matched", "mismatched"]
     assert summary["dev_sets"]["matched"]["examples"] == 60
     assert summary["dev_sets"]["mismatched"]["examples"] == 40
@@ -98,4 +98,4 @@ def test_finetune_from_a_google_checkpoint_scores_each_dev_set(pretrained, tmp_p
     other = checkpoints.save_google_checkpoint(heads, str(tmp_path / "heads" / "model.ckpt"))
     with pytest.raises(UserError, match="lacks .* encoder variables"):
         finetune.run(make_ctx("finetune", params, dict(inputs, init_checkpoint=other),
-                              str(tmp_path / "bad")))
+                              str(tmp_path / "bad"))).to_dict()

@@ -95,12 +95,12 @@ def test_stop_and_resume_continues_step_and_data(pretrain_data, tmp_path):
     inputs = {"data_dir": data_dir, "vocab_dir": vocab_dir}
     work_dir = str(tmp_path / "pretrain")
     params = pretrain_params(train_steps=20, checkpoint_every=10, log_every=10)
-    first = pretrain.run(make_ctx("pretrain", params, inputs, work_dir))
+    first = pretrain.run(make_ctx("pretrain", params, inputs, work_dir)).to_dict()
     assert first["step"] == 20 and first["batches_consumed"] == 20
 
     messages = []
     second = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, work_dir,
-                                   messages))
+                                   messages)).to_dict()
     assert second["resumed_from"].endswith("ckpt-20")
     assert second["step"] == 30 and second["steps_trained"] == 10
     assert second["batches_consumed"] == 30
@@ -108,7 +108,7 @@ def test_stop_and_resume_continues_step_and_data(pretrain_data, tmp_path):
     assert [r["step"] for r in _log(work_dir)] == [10, 20, 30]
 
     # Nothing left to do: a re-run returns at once with the step unchanged.
-    third = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, work_dir))
+    third = pretrain.run(make_ctx("pretrain", dict(params, train_steps=30), inputs, work_dir)).to_dict()
     assert third["step"] == 30 and third["steps_trained"] == 0
 
 
@@ -119,7 +119,7 @@ def test_nan_loss_stops_naming_the_last_checkpoint(pretrain_data, tmp_path):
     with pytest.raises(FloatingPointError, match="last good checkpoint"):
         pretrain.run(make_ctx("pretrain", params, {"data_dir": data_dir,
                                                    "vocab_dir": vocab_dir},
-                              str(tmp_path / "pretrain")))
+                              str(tmp_path / "pretrain"))).to_dict()
 
 
 def test_init_checkpoint_in_google_layout(pretrained, pretrain_data, tmp_path):
@@ -134,13 +134,13 @@ def test_init_checkpoint_in_google_layout(pretrained, pretrain_data, tmp_path):
     messages = []
     summary = pretrain.run(make_ctx(
         "pretrain", pretrain_params(train_steps=2, init_checkpoint=prefix),
-        {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt"), messages))
+        {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt"), messages)).to_dict()
     assert summary["init_checkpoint"]["missing"][0].startswith("cls/")
     assert summary["init_checkpoint"]["unused"] == []
     bad = pretrain_params(model=dict(p["model"], vocab_size=80), init_checkpoint=prefix)
     with pytest.raises(UserError, match="vocabulary of 64 tokens"):
         pretrain.run(make_ctx("pretrain", bad, {"data_dir": data_dir, "vocab_dir": vocab_dir},
-                              str(tmp_path / "bad")))
+                              str(tmp_path / "bad"))).to_dict()
 
 
 # --- dynamic masking and mixtures ------------------------------------------------------------
@@ -211,8 +211,8 @@ def test_pretrain_and_evaluate_on_dynamically_masked_data(dynamic_data, tmp_path
     work_dir = str(tmp_path / "pretrain")
     params = pretrain_params(train_steps=4, checkpoint_every=2, log_every=2, steps_per_loop=2,
                              batch_size=8)
-    assert pretrain.run(make_ctx("pretrain", params, inputs, work_dir))["step"] == 4
-    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=6), inputs, work_dir))
+    assert pretrain.run(make_ctx("pretrain", params, inputs, work_dir)).to_dict()["step"] == 4
+    resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=6), inputs, work_dir)).to_dict()
     assert resumed["step"] == 6 and resumed["batches_consumed"] == 6
     p = pretrain_params()
     summary = evaluate.run(make_ctx(
@@ -270,7 +270,7 @@ def test_pretrain_and_evaluate_a_mixture(pretrain_data, tmp_path):
                              mixture="mix", mixture_rates={"wiki": 0.7, "books": 0.3})
     work_dir = str(tmp_path / "pretrain")
     summary = pretrain.run(make_ctx("pretrain", params, {"data_dirs": dirs,
-                                                         "vocab_dir": vocab_dir}, work_dir))
+                                                         "vocab_dir": vocab_dir}, work_dir)).to_dict()
     assert summary["step"] == 4 and summary["batches_consumed"] == 4
     p = pretrain_params()
     metrics = evaluate.run(make_ctx(

@@ -25,7 +25,8 @@ from runexp.runtime.stages import pretrain
 from runexp.runtime.stop_planner import StopPlanner
 from runexp.runtime.throughput import examples_in
 from runexp.runtime.train_loop_config import TrainLoopConfig
-from runexp.runtime.trainer import Trainer, pretraining_metrics
+from runexp.runtime.train_log import pretraining_metrics
+from runexp.runtime.trainer import Trainer
 from runexp.tasks.packing import pack_batch
 
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -100,7 +101,7 @@ def test_reduced_precision_trains_on_cpu(compute_dtype, pretrain_data, tmp_path)
     work_dir = str(tmp_path / "pt")
     summary = pretrain.run(make_ctx("pretrain", pretrain_params(
         train_steps=20, log_every=10, checkpoint_every=20, compute_dtype=compute_dtype),
-        {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir))
+        {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir)).to_dict()
     assert summary["step"] == 20 and np.isfinite(summary["loss"])
     with open(os.path.join(work_dir, "train_log.jsonl")) as f:
         log = [json.loads(line) for line in f]
@@ -121,7 +122,7 @@ def test_pretrain_learns_with_lamb_and_amos(optimizer, pretrain_data, tmp_path):
     summary = pretrain.run(make_ctx("pretrain", pretrain_params(
         train_steps=60, log_every=20, checkpoint_every=60, optimizer=optimizer,
         learning_rate=lr, decay="polynomial", decay_power=0.5),
-        {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt")))
+        {"data_dir": data_dir, "vocab_dir": vocab_dir}, str(tmp_path / "pt"))).to_dict()
     assert summary["step"] == 60
     with open(tmp_path / "pt" / "train_log.jsonl") as f:
         log = [json.loads(line) for line in f]
@@ -133,7 +134,7 @@ def _startup_seconds(params: dict, inputs: dict, work_dir: str) -> float:
     the steps and a checkpoint took, on this machine as busy as it is now: budgets below
     are multiples of it."""
     t0 = time.monotonic()
-    pretrain.run(make_ctx("pretrain", dict(params, train_steps=3), inputs, work_dir))
+    pretrain.run(make_ctx("pretrain", dict(params, train_steps=3), inputs, work_dir)).to_dict()
     return time.monotonic() - t0
 
 
@@ -176,7 +177,7 @@ def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path, m
     messages = []
     with pytest.raises(DeadlineReached) as info:
         pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=time.time() + 3600),
-                              inputs, work_dir, messages))
+                              inputs, work_dir, messages)).to_dict()
     stopped_at = time.time()
     deadline = planners[-1].deadline
     e = info.value
@@ -196,10 +197,10 @@ def test_deadline_stops_with_a_checkpoint_and_resumes(pretrain_data, tmp_path, m
     # A deadline already past stops at once, with nothing new to save.
     with pytest.raises(DeadlineReached) as past:
         pretrain.run(make_ctx("pretrain", dict(params, deadline_unix=time.time() - 1), inputs,
-                              work_dir))
+                              work_dir)).to_dict()
     assert (past.value.step, past.value.checkpoint) == (e.step, e.checkpoint)
     resumed = pretrain.run(make_ctx("pretrain", dict(params, train_steps=e.step + 3,
-                                                     deadline_unix=None), inputs, work_dir))
+                                                     deadline_unix=None), inputs, work_dir)).to_dict()
     assert resumed["resumed_from"] == e.checkpoint and resumed["steps_trained"] == 3
     assert resumed["batches_consumed"] == e.step + 3
     assert resumed["loss"] is not None  # the stop record is not taken for metrics

@@ -341,7 +341,8 @@ def _trainer(work_dir: str, on_checkpoint, train_steps: int = 6, **loop):
     from runexp.runtime.model import BertConfig, BertPretrainer
     from runexp.runtime.optimizer import optimizer_from_spec
     from runexp.runtime.train_loop_config import TrainLoopConfig
-    from runexp.runtime.trainer import Trainer, pretraining_metrics
+    from runexp.runtime.train_log import pretraining_metrics
+    from runexp.runtime.trainer import Trainer
 
     tf.random.set_seed(0)
     config = TrainLoopConfig(**{"train_steps": train_steps, "batch_size": 8,

@@ -167,4 +167,4 @@ def pretrained(pretrain_data, tmp_path_factory):
     work_dir = str(tmp_path_factory.mktemp("pretrained") / "pretrain")
     ctx = make_ctx("pretrain", pretrain_params(eval_every=60),
                    {"data_dir": data_dir, "vocab_dir": vocab_dir}, work_dir)
-    return work_dir, pretrain.run(ctx)
+    return work_dir, pretrain.run(ctx).to_dict()
