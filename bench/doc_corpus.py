@@ -5,8 +5,8 @@ man pages (``/usr/share/man/man[1-8]``: English only, sorted by path, symlinks a
 redirects skipped) rendered to plain text with ``groff -t -man -Tutf8`` at a line length of
 2000 characters, so a paragraph is one line; the info pages (``/usr/share/info``, one node a
 document); then the docstrings and comments of the Python files of the system's Python and of
-the running venv's site-packages (tasks/stdlib_corpus.py's extraction). Prose is kept with
-runexp's sentence splitter (tasks/sentences.py: code-like lines, option tables and short
+the running venv's site-packages (tasks/sources/stdlib_corpus.py's extraction). Prose is kept with
+runexp's sentence splitter (tasks/sources/sentences.py: code-like lines, option tables and short
 fragments dropped). One page, node or module is one document: one sentence a line, a blank
 line between documents. Sentences seen earlier are dropped (gcloud's thousands of pages share
 boilerplate), so the text is not artificially repetitive. The same machine image gives the
@@ -79,8 +79,8 @@ def _read(path: str) -> bytes:
 
 def extract(source: tuple[str, str]) -> list[list[str]]:
     """The documents (lists of prose sentences) of one source; empty when it has none."""
-    from runexp.tasks.sentences import split_sentences
-    from runexp.tasks.stdlib_corpus import module_sentences
+    from runexp.tasks.sources.sentences import split_sentences
+    from runexp.tasks.sources.stdlib_corpus import module_sentences
     kind, path = source
     try:
         if kind == "py":
@@ -180,8 +180,8 @@ def build_vocab(out_dir: str, corpus_path: str, vocab_size: int = 30000,
                 max_sentences: int = 400_000) -> str:
     """A WordPiece vocab dir (vocab.txt, report.json) trained on the corpus; cached."""
     sys.path.insert(0, _ROOT)
-    from runexp.tasks import vocab_dir as vocab_files
-    from runexp.tasks.text_documents import sample_lines
+    from runexp.tasks.vocabulary import vocab_dir as vocab_files
+    from runexp.tasks.sources.text_documents import sample_lines
     vocab_dir = os.path.join(out_dir, f"vocab{vocab_size}wp")
     if os.path.exists(os.path.join(vocab_dir, "report.json")):
         return vocab_dir

@@ -11,7 +11,7 @@ a corpus of the machine's man pages (bench/doc_corpus.py, its first 4 MB) with a
 WordPiece vocab trained on it; both cached in ``--work_dir``. A man page is a short document
 and most instances at 512 end with their document: of its pages of at least 150 tokens
 (``MIN_DOCUMENT_TOKENS``; all of them: 76% padding), the instances are about half padding at
-512, as Wikipedia's are in phase 2 (printed as ``padding``); fewer at 128. Packed: the same instances packed by tasks/packing.py
+512, as Wikipedia's are in phase 2 (printed as ``padding``); fewer at 128. Packed: the same instances packed by tasks/instances/packing.py
 (up to 3 a row; ``packed_max_predictions`` slots a row).
 
 Runners, each fed the same instances in the same order, with the same encoder (``--size``,
@@ -85,11 +85,11 @@ def instances(work_dir: str, seq: int, split: str = "train", seed: int = 0,
                                   f"d{min_document_tokens}.npz")
     if not os.path.exists(path):
         from runexp.compiler.specs.preprocess import MaskingSpec
-        from runexp.tasks.document_store import DocumentStore
-        from runexp.tasks.masking import MaskingConfig
-        from runexp.tasks.pretraining_instances import (InstanceConfig, build_batch,
+        from runexp.tasks.instances.document_store import DocumentStore
+        from runexp.tasks.instances.masking import MaskingConfig
+        from runexp.tasks.instances.pretraining_instances import (InstanceConfig, build_batch,
                                                         plan_instances)
-        from runexp.tasks.tokenizer import load_tokenizer
+        from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
         meta, vocab_dir = corpus_and_vocab(work_dir, vocab_size)
         tok = load_tokenizer(vocab_dir)
@@ -121,9 +121,9 @@ def instances(work_dir: str, seq: int, split: str = "train", seed: int = 0,
 
 
 def packed(batch: dict, seq: int) -> dict:
-    """``batch``'s instances packed into rows (tasks/packing.py), in the order of their first
+    """``batch``'s instances packed into rows (tasks/instances/packing.py), in the order of their first
     instance."""
-    from runexp.tasks.packing import pack_batch, packed_max_predictions
+    from runexp.tasks.instances.packing import pack_batch, packed_max_predictions
 
     return pack_batch(batch, seq, packed_max_predictions(seq, PREDICTIONS[seq], 0.15))
 

@@ -15,7 +15,7 @@ Each seed trains two tiny BERTs (``--size``, dropout 0.1, AdamW lr 1e-3, 10% war
 with runexp's Trainer, from the same initial weights (the seed's), on the same training
 instances in the same seeded order:
   - unpacked: ``--batch`` instances a step, one a row;
-  - packed: the same instances packed (tasks/packing.py), ``round(batch / f)`` rows a step,
+  - packed: the same instances packed (tasks/instances/packing.py), ``round(batch / f)`` rows a step,
     ``f`` the instances a row of the packing, so that a step sees about as many instances.
 Both run ``--steps`` steps (packed: a few instances more or fewer, counted exactly) and are
 evaluated on the held-out instances every ``--eval_every`` steps (the Trainer's eval_every);

@@ -2,9 +2,9 @@
 tokens) that preprocessing with ``packing`` reaches, against one instance a row, on the
 quickstart corpus and on bench/doc_corpus.py's corpus, at 128 and 512 tokens.
 
-The instances are the preprocess stage's own (tasks/pretraining_shards.py, google-research/
+The instances are the preprocess stage's own (tasks/instances/pretraining_shards.py, google-research/
 bert's distribution: short_seq_prob 0.1, dupe_factor 1, NSP pairs), packed as the stage packs
-them (tasks/packing.py: SPFHP, up to 3 a row, over each batch of 1024 instances). The
+them (tasks/instances/packing.py: SPFHP, up to 3 a row, over each batch of 1024 instances). The
 unpacked fill at each length is what compiler/packing.py's estimate before preprocessing
 assumes (UNPACKED_FILL).
 
@@ -23,10 +23,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import doc_corpus  # noqa: E402
 
-from runexp.tasks import stdlib_corpus, vocab_dir as vocab_dirs  # noqa: E402
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats,  # noqa: E402
+from runexp.tasks.sources import stdlib_corpus  # noqa: E402
+from runexp.tasks.vocabulary import vocab_dir as vocab_dirs  # noqa: E402
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats,  # noqa: E402
                                              iter_shard_batches)
-from runexp.tasks.text_documents import sample_lines  # noqa: E402
+from runexp.tasks.sources.text_documents import sample_lines  # noqa: E402
 
 
 def measure(files: list[str], vocab: str, length: int, num_shards: int = 1) -> dict:

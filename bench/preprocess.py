@@ -68,7 +68,7 @@ import numpy as np
 import psutil
 
 from runexp.compiler.shard_count import auto_num_shards
-from runexp.tasks.records import count_records, iter_records
+from runexp.tasks.cache.records import count_records, iter_records
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import doc_corpus  # noqa: E402
@@ -240,7 +240,7 @@ def length_statistics(lengths: np.ndarray, labels: np.ndarray) -> dict:
 def seed_statistics(corpus: str, vocab_dir: str, dupe_factor: int, seeds: list[int]
                     ) -> list[dict]:
     """Our statistics for other seeds: the stage's shard code in this process, one shard."""
-    from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats,
+    from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats,
                                                  iter_shard_batches)
     out = []
     for seed in seeds:

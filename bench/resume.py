@@ -6,7 +6,7 @@
 The quickstart's data shape (gin/quickstart.gin: sequence length 128, 20 predictions,
 vocabulary 8,000, batch 32): a preprocess stage directory holding a task's seqio cache of
 ``--examples`` synthetic full-length examples in 4 shards, written with the preprocess
-stage's record writer (tasks/records.py), once statically masked and once stored unmasked
+stage's record writer (tasks/cache/records.py), once statically masked and once stored unmasked
 for dynamic masking (whole words). Step 10^6 is 3.2*10^7 positions: 1,600 epochs of the
 cache, so resumes land deep in later epochs.
 
@@ -46,7 +46,7 @@ def write_cache(stage_dir: str, examples: int, dynamic: bool) -> None:
     """A preprocess stage directory with task ``bench_resume``'s seqio cache (train)."""
     import numpy as np
 
-    from runexp.tasks import records
+    from runexp.tasks.cache import records
 
     cache = records.task_cache_dir(stage_dir, TASK)
     os.makedirs(cache, exist_ok=True)

@@ -266,7 +266,7 @@ INPUT_EXAMPLES, INPUT_SHARDS, INPUT_BATCH, INPUT_BATCHES, INPUT_WARMUP = 40_000,
 
 def write_input_cache(stage_dir: str, dynamic: bool) -> None:
     """A preprocess stage directory with task ``bench_input``'s seqio cache (train split)."""
-    from runexp.tasks import records
+    from runexp.tasks.cache import records
 
     cache = records.task_cache_dir(stage_dir, "bench_input")
     os.makedirs(cache, exist_ok=True)

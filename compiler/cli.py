@@ -276,7 +276,7 @@ def _inspect(argv: Sequence[str]) -> int:
 
         mirror = Mirror(plan)
         data_dir, vocab_dir = mirror.pull(stage), mirror.pull(vocab)
-    from runexp.tasks.inspect import inspect_examples  # light: numpy, no TensorFlow
+    from runexp.tasks.cache.inspect import inspect_examples  # light: numpy, no TensorFlow
 
     print(inspect_examples(data_dir, vocab_dir, args.split, args.n))
     return EXIT_OK

@@ -1,7 +1,7 @@
 """Batch semantics of packed pretraining (issue 27): how many rows a step trains on, and the
 packing factor it rests on, measured or estimated. Standard library only.
 
-A packed row holds about ``factor`` instances (tasks/packing.py). ``train.batch_counts``
+A packed row holds about ``factor`` instances (tasks/instances/packing.py). ``train.batch_counts``
 says what ``batch_size`` counts:
 
 - ``'instances'`` (the default): a step trains on ``batch_size`` instances, in

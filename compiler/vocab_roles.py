@@ -1,5 +1,5 @@
 """Which piece of a SentencePiece model plays each of BERT's special roles. The plan names
-them (compiler/stages/vocab.py) and the tokenizer uses them (tasks/tokenizer.py); no
+them (compiler/stages/vocab.py) and the tokenizer uses them (tasks/vocabulary/tokenizer.py); no
 TensorFlow, and the model is read by the caller's ``sentencepiece`` processor."""
 
 from __future__ import annotations

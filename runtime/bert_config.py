@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 from typing import Any, Mapping
-from runexp.tasks.tokenizer import REPORT_FILE, load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import REPORT_FILE, load_tokenizer
 
 CONFIG_FILE = "bert_config.json"
 

@@ -8,7 +8,7 @@ Every epoch is therefore one pass over the share in a new order, and any positio
 is computed in O(1), with nothing read before it: a resumed run starts where it stopped.
 
 Shares: host ``h`` of ``H`` owns the split's records ``[h n_all / H, (h + 1) n_all / H)``
-(numbered in file order, tasks/record_index.py), so the hosts' shares partition the split
+(numbered in file order, tasks/cache/record_index.py), so the hosts' shares partition the split
 whatever the number of files.
 
 Heavy module: imports TensorFlow.

@@ -49,7 +49,7 @@ from runexp.runtime import storage
 from runexp.runtime.storage import transfer
 from runexp.runtime.storage.background import Background, Job
 from runexp.runtime.progress import Meter
-from runexp.tasks.input_files import pinned
+from runexp.tasks.sources.input_files import pinned
 
 # Written last by sync: TensorFlow's pointer to the latest checkpoint.
 CHECKPOINT_STATE = "checkpoints/checkpoint"
@@ -106,7 +106,7 @@ class Mirror:
     def _localize(self, value, in_place: bool = False):
         """``value`` with its gs:// URIs as local copies; with ``in_place``, a user's gs://
         files as the versions the plan listed (``gs://bucket/key#generation``,
-        tasks/input_files.py), read where they are by the stage."""
+        tasks/sources/input_files.py), read where they are by the stage."""
         if isinstance(value, dict):
             return {k: self._localize(v, in_place) for k, v in value.items()}
         if isinstance(value, list):

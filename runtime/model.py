@@ -11,7 +11,7 @@ Usage:
     loss, stats = model.loss(features, training=True)
     model.google_variables()                    # {"bert/embeddings/word_embeddings": var, ...}
 
-``features`` may be packed rows (tasks/packing.py: ``instance_ids``, ``position_ids``, ...):
+``features`` may be packed rows (tasks/instances/packing.py: ``instance_ids``, ``position_ids``, ...):
 the same loss and gradients as their instances one a row (BertPretrainer), the same
 variables; the exports serve one instance a row.
 
@@ -37,7 +37,7 @@ RECOMPUTE = ("none", "layers")
 
 def is_packed(features: Mapping[str, tf.Tensor]) -> bool:
     """Whether a pretraining batch holds packed rows (several instances a row; their
-    features: tasks/packing.py)."""
+    features: tasks/instances/packing.py)."""
     return "instance_ids" in features
 
 
@@ -275,7 +275,7 @@ class BertPretrainer(tf.Module):
       recompute: "none", or "layers": each transformer layer recomputes its activations in
         the backward pass (same gradients as "none" with ``xla``; same variables).
 
-    Packed batches (``is_packed``: several instances a row, tasks/packing.py) are an input
+    Packed batches (``is_packed``: several instances a row, tasks/instances/packing.py) are an input
     format only: the same variables, and the same loss as the same instances one a row. The
     masked-LM loss is sum(weight * cross-entropy) / sum(weight) over every prediction of the
     batch (a row's predictions are its instances'); the next-sentence loss is the mean over

@@ -2,13 +2,13 @@
 ``get_dataset(..., use_cached=True, shard_info=...)``.
 
 Each data dir is a preprocess stage directory (a seqio cache root holding one task's cache,
-tasks/records.py); its task is registered from the cache (tasks/seqio_tasks.py) and read
+tasks/cache/records.py); its task is registered from the cache (tasks/cache/seqio_tasks.py) and read
 through seqio.
 
 The training stream is deterministic for a seed and read by position (stream version 2,
 ``STREAM_VERSION``): position ``p`` of a host's stream is a record of the task's seqio cache
 chosen by a seeded permutation per epoch (runtime/data_order.py), read by random access
-(tasks/record_index.py: byte offsets of the cached records), parsed as seqio parses its
+(tasks/cache/record_index.py: byte offsets of the cached records), parsed as seqio parses its
 cache (the info file's features and dtypes), then passed through the task's own seqio
 preprocessors after its cache placeholder (``Task.preprocess_postcache`` with the stream's
 seed: dynamic masking keyed by ``p``), and batched with drop_remainder. A resume at batch
@@ -26,10 +26,10 @@ shuffled with the seed, repeated, dynamically masked, shuffled with a 10k buffer
 skips the batches consumed by reading them. A run that started with it resumes with it
 (``stream_of_run``: the version is recorded in the stage's work dir).
 
-- Dynamic masking is the task's seqio preprocessor (tasks/seqio_tasks.py): an example's mask
+- Dynamic masking is the task's seqio preprocessor (tasks/cache/seqio_tasks.py): an example's mask
   comes from ``[key, position]``, its position in the task's stream, so a skip to batch N
   gives the masks an uninterrupted run gave there, and each epoch gives an example a new mask.
-- Packed rows (tasks/packing.py): a packed train split's records are rows of up to three
+- Packed rows (tasks/instances/packing.py): a packed train split's records are rows of up to three
   instances, with their own features (``instance_ids``, ...; the model reads them,
   runtime/model.py); positions, batches and resumes count rows. ``packing_factor``: instances
   a row, from the stage's stats.
@@ -62,8 +62,8 @@ import tensorflow as tf
 
 from runexp.runtime.data_order import ExampleOrder, order_seed, stable_seed
 from runexp.runtime.mixture_schedule import MixtureSchedule
-from runexp.tasks import records, seqio_tasks
-from runexp.tasks.record_index import RecordIndex
+from runexp.tasks.cache import records, seqio_tasks
+from runexp.tasks.cache.record_index import RecordIndex
 
 # The training stream's definition (module docstring): 1 seqio's sequential stream, replayed
 # to resume; 2 read by position.
@@ -90,7 +90,7 @@ def has_split(data_dir: str, split: str) -> bool:
 def packing_factor(data_dirs: Sequence[str], rates: Optional[Sequence[float]] = None
                    ) -> float:
     """Instances a train record holds, as the preprocess stages counted them (packed rows,
-    tasks/packing.py: their stats' ``instances`` over ``rows``; 1 unpacked); a mixture's
+    tasks/instances/packing.py: their stats' ``instances`` over ``rows``; 1 unpacked); a mixture's
     members weighted by their rates."""
     factors = []
     for d in data_dirs:
@@ -104,7 +104,7 @@ def packing_factor(data_dirs: Sequence[str], rates: Optional[Sequence[float]] = 
 
 def split_predictions(data_dir: str, split: str) -> int:
     """The prediction slots of a split's records: ``max_predictions_per_seq``, or a packed
-    split's per row (tasks/packing.py)."""
+    split's per row (tasks/instances/packing.py)."""
     _, cache_dir = records.task_cache_of(data_dir)
     with open(records.info_path(cache_dir, split), encoding="utf-8") as f:
         return json.load(f)["features"]["masked_lm_ids"]["shape"][0]

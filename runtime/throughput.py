@@ -2,7 +2,7 @@
 
 What counts as an example: the model's ``examples`` stat when it has one, else a row of the
 batch. The stat is an exact count taken from the batch itself: BertPretrainer's counts
-instances, on packed rows (tasks/packing.py: up to 3 instances a row) the sum of the
+instances, on packed rows (tasks/instances/packing.py: up to 3 instances a row) the sum of the
 batch's ``next_sentence_weights`` (1 for an instance, 0 for an empty slot), so a packed run
 reports instances per second, comparable with an unpacked one; unpacked, and for
 BertClassifier, it is the batch's rows.

@@ -18,6 +18,6 @@ def register(output_root: str) -> list[str]:
     cache in its preprocess stage directory. Returns the names registered.
 
     Imports seqio and TensorFlow (only when called)."""
-    from runexp.tasks import seqio_tasks
+    from runexp.tasks.cache import seqio_tasks
 
     return seqio_tasks.register_experiment(output_root)

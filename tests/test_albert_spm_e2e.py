@@ -82,7 +82,7 @@ def test_exports_give_the_ids_runexp_trained_on(finished):
     import tensorflow_text  # noqa: F401 - registers the SentencePiece ops the models use
 
     from runexp.compiler.formats.classification_files import load_examples
-    from runexp.tasks.tokenizer import load_tokenizer
+    from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
     root, _, model_bytes = finished
     out = os.path.join(root, "export")

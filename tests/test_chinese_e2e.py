@@ -10,9 +10,9 @@ import pytest
 from tests.support.chinese_corpus import WordReference, check_whole_words, chinese_sentences
 
 from runexp.compiler.exit_codes import EXIT_PENDING
-from runexp.tasks.inspect import decode_example
-from runexp.tasks.records import iter_records
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.cache.inspect import decode_example
+from runexp.tasks.cache.records import iter_records
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 from tests.support.cli import run_cli
 
 pytestmark = pytest.mark.e2e

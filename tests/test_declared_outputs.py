@@ -32,7 +32,7 @@ SUMMARY_RECEIVER = re.compile(r"summar", re.I)
 # Declared keys that are also ordinary words, keys of other files' data: read by string they
 # are refused only on a receiver that names a summary.
 GENERIC = {
-    # plan and stage params, bert_config.json, vocab report.json (tasks/vocab_dir.py)
+    # plan and stage params, bert_config.json, vocab report.json (tasks/vocabulary/vocab_dir.py)
     "kind", "type", "tasks", "labels", "source", "seq_length", "vocab_size",
     "do_lower_case", "init_checkpoint", "optimizer_state", "batch_counts", "packing",
     "dynamic_masking", "vocab_type", "unk_rate",
@@ -163,7 +163,8 @@ def test_docs_list_each_summary_and_the_bad_input_kinds():
 
 def test_every_bad_input_kind_has_a_reader_and_the_report_names_it():
     from runexp.compiler.specs.bad_input import EVERY_FORMAT, JSONL, WORD_SEGMENTER
-    from runexp.tasks import chinese_words, text_files
+    from runexp.tasks.vocabulary import chinese_words
+    from runexp.tasks.sources import text_files
 
     assert {k.counted for k in BAD_INPUT_KINDS.values()} == {EVERY_FORMAT, JSONL,
                                                              WORD_SEGMENTER}

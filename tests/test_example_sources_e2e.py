@@ -247,7 +247,7 @@ def test_records_on_gcs_are_listed_when_planning_and_checked_when_run(made, gcs_
     assert storage.exists(f"{cache}/COMPLETED")
     stats = json.loads(storage.read_text(f"{cache}/stats.train.json"))
     local = [str(made / "train.tfrecord"), str(made / "train2.tfrecord")]
-    from runexp.tasks import records
+    from runexp.tasks.cache import records
     assert stats["examples"] == records.count_records(local)
 
     # Records of another length: the dry run cannot see them on gs://, the run refuses them.

@@ -11,7 +11,7 @@ from runexp.compiler import globs, uris
 from runexp.compiler.gcs_inputs import InputLister
 from runexp.compiler.planner import compile_experiment
 from runexp.runtime import storage
-from runexp.tasks.text_files import expand_globs
+from runexp.tasks.sources.text_files import expand_globs
 
 TREE = ["a.txt", "b1.txt", "b2.txt", "ab.txt", "notes.md", ".hidden.txt",
         "sub/c.txt", "sub/b3.txt", "sub/deep/d.txt", "sub/deep/er/e.txt", "sub/deep/x.md",

@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 
-from runexp.tasks import vocab_dir
+from runexp.tasks.vocabulary import vocab_dir
 from tests.support.cli import QUICKSTART_SHORT, output, run_cli
 from tests.support.huggingface_dirs import save_bert_dir
 from tests.support.spm_models import corpus_lines

@@ -190,3 +190,18 @@ def test_function_local_imports_of_our_modules_are_for_heavy_ones():
                         wrong.append(f"{path.relative_to(REPO)}:{line}: {target} is light: "
                                      "import it at the top")
     assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+def test_each_tasks_subpackage_names_its_heavy_modules():
+    """tasks/ is grouped by purpose (sources, vocabulary, instances, cache); which of a group's
+    modules load TensorFlow, seqio or Beam is said in its docstring, and this keeps it true."""
+    known = modules()
+    heavy = heavy_modules(known)
+    for init in sorted((REPO / "tasks").glob("*/__init__.py")):
+        group = f"runexp.tasks.{init.parent.name}"
+        doc = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        said = next((line for line in doc.splitlines() if line.startswith("Heavy")), "")
+        named = {n.strip(" .") for n in said.partition(":")[2].split(",") if n.strip(" .")}
+        actual = {m.rsplit(".", 1)[1] for m in heavy if m.rpartition(".")[0] == group}
+        assert named == actual, (f"{init.relative_to(REPO)} says heavy: {sorted(named)}; "
+                                 f"heavy in fact: {sorted(actual)}")

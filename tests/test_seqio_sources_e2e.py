@@ -238,7 +238,7 @@ def _planned(gin):
 
 
 def test_documents_are_read_in_order_and_the_same_each_time(tmp_path):
-    from runexp.tasks.seqio_sources import iter_documents
+    from runexp.tasks.sources.seqio_sources import iter_documents
 
     (tmp_path / "inproc_tasks.py").write_text(TASKS_MODULE.replace('"e2e_', '"inproc_'))
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
@@ -256,7 +256,7 @@ def test_documents_are_read_in_order_and_the_same_each_time(tmp_path):
 
 def test_a_module_that_fails_to_import_is_one_error_naming_it(tmp_path):
     from runexp.compiler.errors import UserError
-    from runexp.tasks.seqio_sources import import_user_modules
+    from runexp.tasks.sources.seqio_sources import import_user_modules
 
     (tmp_path / "broken_tasks.py").write_text("import seqio\nraise ValueError('no data')\n")
     (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")

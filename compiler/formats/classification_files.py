@@ -1,7 +1,7 @@
 """Classification (or regression) data files: TSV (with a header, or without one and its
 columns declared, split on tabs only as GLUE's files are read) or JSONL. Each bad row is one
 error naming file:line. Standard library only: the compiler checks the files with this reader
-in a dry run, and tasks/classification.py encodes what it reads.
+in a dry run, and tasks/sources/classification.py encodes what it reads.
 """
 
 from __future__ import annotations

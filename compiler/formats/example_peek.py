@@ -5,13 +5,13 @@ TensorFlow: the framing, the ``tf.train.Example`` wire format, and what google-r
 Why here: a dry run should say that records made with ``--max_seq_length=512`` do not fit
 ``MAX_SEQ_LENGTH = 128`` (TensorFlow would say "Can't parse serialized Example" an hour into
 the run), and the compiler never imports TensorFlow (nor numpy). The runtime uses the same
-checks to explain a record TensorFlow failed to parse (tasks/example_sources.py), so both say
+checks to explain a record TensorFlow failed to parse (tasks/cache/example_sources.py), so both say
 it in the same words.
 
 TFRecord framing, per record: uint64 length, masked CRC-32C of those 8 bytes, the data,
 masked CRC-32C of the data (little-endian). A text file read this way fails the first CRC.
 
-Example wire format (tasks/example_proto.py writes it): Example{features = 1}, Features{map
+Example wire format (tasks/cache/example_proto.py writes it): Example{features = 1}, Features{map
 feature = 1: entries {key = 1, value = 2}}, Feature{bytes_list = 1, float_list = 2,
 int64_list = 3}, each list {repeated value = 1} (packed or not).
 
@@ -35,7 +35,7 @@ from runexp.compiler.formats.tfrecord_crc import masked_crc
 
 INT64, FLOAT, BYTES, EMPTY = "int64", "float", "bytes", "empty"
 
-# What google-research/bert's run_pretraining.py parses (tasks/records.py writes the same):
+# What google-research/bert's run_pretraining.py parses (tasks/cache/records.py writes the same):
 # name -> (kind, length: "seq" = max_seq_length, "pred" = max_predictions_per_seq, or 1).
 BERT_FEATURES = {
     "input_ids": (INT64, "seq"),

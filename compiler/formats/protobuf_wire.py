@@ -1,6 +1,6 @@
 """The protobuf wire format, read without protobuf or TensorFlow: varints and a message's
 fields. What the compiler and the light tasks/ modules need to look into a tf.train.Example
-(compiler/formats/example_peek.py, tasks/inspect.py) or a checkpoint's index entries
+(compiler/formats/example_peek.py, tasks/cache/inspect.py) or a checkpoint's index entries
 (compiler/formats/checkpoint_index.py) before anything heavy is imported.
 
 Standard library only. Malformed input raises ValueError.

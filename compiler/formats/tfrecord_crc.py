@@ -1,5 +1,5 @@
 """CRC-32C (Castagnoli), masked as TFRecord framing masks it: the one implementation for the
-records runexp writes (tasks/records.py) and the ones the dry run peeks into
+records runexp writes (tasks/cache/records.py) and the ones the dry run peeks into
 (compiler/formats/example_peek.py). google-crc32c's C extension when installed (it comes with
 google-cloud-storage), a table in pure Python otherwise. Standard library only.
 """

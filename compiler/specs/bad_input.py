@@ -2,8 +2,8 @@
 summary's ``bad_input`` (and of ``stats.<split>.json``), which reader counts each, the
 report's name for it, and what it means and what to do (the WARNING progress lines).
 
-Bad input never fails a run and is never dropped silently (tasks/text_files.py
-``InputIssues`` counts it; tasks/text_formats.py's readers and tasks/chinese_words.py note
+Bad input never fails a run and is never dropped silently (tasks/sources/text_files.py
+``InputIssues`` counts it; tasks/sources/text_formats.py's readers and tasks/vocabulary/chinese_words.py note
 it). Standard library only.
 
 Usage:

@@ -16,12 +16,12 @@ from runexp.compiler.specs.source import SourceSpec
 
 _ONE_MODEL = "same: one model reads every task's examples"
 
-# In a preprocess stage with keep_split_index: the tokenised splits (tasks/split_index.py),
+# In a preprocess stage with keep_split_index: the tokenised splits (tasks/instances/split_index.py),
 # <stage dir>/split_index/<split>/, which a later pretraining phase's preprocess stage reads
 # (its input split_index_dir).
 SPLIT_INDEX_DIR = "split_index"
 _AT_ONCE = "same_if_dynamic: a batch of examples masked at training time is masked at once"
-# Packing (tasks/packing.py): instances per packed row at most, as Graphcore's and NVIDIA's
+# Packing (tasks/instances/packing.py): instances per packed row at most, as Graphcore's and NVIDIA's
 # packed BERT.
 MAX_INSTANCES_PER_ROW = 3
 
@@ -29,7 +29,7 @@ MAX_INSTANCES_PER_ROW = 3
 def packed_max_predictions(max_seq_length: int, max_predictions_per_seq: int,
                            masked_lm_prob: float,
                            max_instances: int = MAX_INSTANCES_PER_ROW) -> int:
-    """The prediction slots of a packed row: enough for any row (tasks/packing.py), and
+    """The prediction slots of a packed row: enough for any row (tasks/instances/packing.py), and
     fewer than ``max_instances x max_predictions_per_seq`` (the row's tokens bound them)."""
     bound = int(max_seq_length * masked_lm_prob + 1e-6) + max_instances  # floor: both >= 0
     return max(1, min(max_instances * max_predictions_per_seq, bound))
@@ -134,7 +134,7 @@ class PreprocessSpec(Spec):
 
 @dataclasses.dataclass(frozen=True)
 class PackedRows(Summary):
-    """A packed split's rows (tasks/pretraining_shards.py packing_summary)."""
+    """A packed split's rows (tasks/instances/pretraining_shards.py packing_summary)."""
 
     instances: Optional[int] = output("instances packed")
     rows: Optional[int] = output("rows they fill")

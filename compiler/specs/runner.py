@@ -1,7 +1,7 @@
 """How a preprocess stage builds its shards: where, not what.
 
 `bert_pretraining_task.runner` chooses the in-process worker pool ('local', the default) or an
-Apache Beam pipeline ('beam', tasks/beam_preprocess.py: DirectRunner on this machine, or
+Apache Beam pipeline ('beam', tasks/instances/beam_preprocess.py: DirectRunner on this machine, or
 Dataflow); `bert_pretraining_task.beam_options` are the pipeline's options, passed through to
 Beam. Both runners write the same records, info, stats and COMPLETED, so neither setting is in
 the stage's fingerprint (``OPERATIONAL``, compiler/kinds.py): switching runners reuses a

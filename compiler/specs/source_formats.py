@@ -5,7 +5,7 @@ source settings (which formats each applies to), the hints naming formats and th
 format's plan keeps all derive from it; the compiler and the preprocess and vocab stages ask a
 format's row (or, for text, its reader class) what to do, never its name.
 
-A text format's row names the class that reads its files (tasks/text_formats.py
+A text format's row names the class that reads its files (tasks/sources/text_formats.py
 ``TextReader``: a byte segment of a file as document text, sentences and document breaks).
 A new text format is that class and its row here (and its line in README.md's table).
 
@@ -35,7 +35,7 @@ class SourceFormat:
     makes_instances: bool = True  # runexp cuts documents into BERT instances; else the
                                   # examples come ready-made (and need their vocab)
     reader: str = ""              # a text format's reader class, "module:Class" (imported
-                                  # by tasks/text_formats.py ``reader_class``, never here)
+                                  # by tasks/sources/text_formats.py ``reader_class``, never here)
 
     @property
     def reads_text_files(self) -> bool:
@@ -46,7 +46,7 @@ class SourceFormat:
         return self.reads in (TFDS_DATASET, SEQIO_TASK)
 
 
-_READERS = "runexp.tasks.text_formats"
+_READERS = "runexp.tasks.sources.text_formats"
 _SPLITS = ("train_split", "validation_split")
 
 SOURCE_FORMATS: dict[str, SourceFormat] = {f.name: f for f in (

@@ -7,7 +7,7 @@ the first records of each must be TFRecord framing holding BERT's seven features
 lengths ``max_seq_length`` and ``max_predictions_per_seq`` say, and token ids below the
 vocabulary's size. So "Can't parse serialized Example" an hour into training becomes a dry-run
 error naming the file, what it holds and what is configured. gs:// files are checked at run
-time (tasks/example_sources.py checks every record of every file anyway).
+time (tasks/cache/example_sources.py checks every record of every file anyway).
 """
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def check_masking(ctx: PlanContext, task: str, p: dict, phase: Phase = SINGLE) -
 
 def check_packing(ctx: PlanContext, task: str, b: StageBuilder, source: SourceSpec,
                   phase: Phase) -> None:
-    """Packing (tasks/packing.py) packs the instances the stage makes; off, it is left out
+    """Packing (tasks/instances/packing.py) packs the instances the stage makes; off, it is left out
     of the plan (as the plans made before it existed, whose fingerprints stay the same)."""
     if not b.params.get("packing"):
         b.params.pop("packing", None)
@@ -192,7 +192,7 @@ def check_packing(ctx: PlanContext, task: str, b: StageBuilder, source: SourceSp
 
 
 def check_word_segmenter(ctx: PlanContext, task: str, b: StageBuilder, vocab: Stage) -> None:
-    """A word segmenter (Chinese whole words, tasks/chinese_words.py) needs whole-word
+    """A word segmenter (Chinese whole words, tasks/vocabulary/chinese_words.py) needs whole-word
     masking, a WordPiece vocab and its package. Unset, it is left out of the plan (as the
     plans made before it existed, whose fingerprints stay the same)."""
     p = b.params

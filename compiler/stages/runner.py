@@ -152,7 +152,7 @@ def _check_dataflow(ctx, task: str, options: dict, loc, b) -> None:
 
 def check_corpus_reachable(ctx, task: str, p: dict, inputs: dict) -> None:
     """Dataflow's workers read the corpus ranges from Cloud Storage themselves
-    (tasks/input_files.py): a corpus on this machine, or documents a seqio source writes on
+    (tasks/sources/input_files.py): a corpus on this machine, or documents a seqio source writes on
     it, is an error at plan time rather than at launch."""
     spec = RunnerSpec.pick(p)
     if spec.runner != "beam" or spec.beam_runner() not in REMOTE_BEAM_RUNNERS:

@@ -9,7 +9,7 @@ here is what is on disk:
 - ``seqio_documents``, ``seqio_bert_features``: the task is registered by a module the gin
   file imports; the module's source is fingerprinted (compiler/user_modules.py). Whether it
   registers ``seqio_task``, and with which features, is checked when the stage runs
-  (tasks/seqio_sources.py), and the plan says so.
+  (tasks/sources/seqio_sources.py), and the plan says so.
 
 The size of a seqio source is unknown when planning, so ``num_shards = 0`` becomes the
 shard count of an unknown size (compiler/shard_count.py).

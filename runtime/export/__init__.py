@@ -4,7 +4,7 @@
   ``input_mask``, ``input_type_ids`` in; ``pooled_output``, ``sequence_output``,
   ``encoder_outputs``, ``default`` out; the vocabulary as an asset).
 - ``preprocessing.py``: raw strings to those inputs, tokenised in the graph with
-  tensorflow_text exactly as runexp's own tokenizer (tasks/tokenizer.py) does, as a
+  tensorflow_text exactly as runexp's own tokenizer (tasks/vocabulary/tokenizer.py) does, as a
   SavedModel shaped like TF Hub's BERT preprocessors (``__call__``, ``tokenize``,
   ``bert_pack_inputs``).
 - ``classifier.py``: a fine-tuned classifier: strings (or ids) in, logits, probabilities and

@@ -16,7 +16,7 @@ instead of labels and probabilities.
 ``serving_default`` is ``classify_pair`` for a two-field task, else ``classify_text``. The
 same functions are methods of the loaded object (``clf.classify_text(texts)``). Text is
 tokenised and packed in the graph (preprocessing.py) exactly as the finetune stage encoded
-its examples (tasks/classification.py), at its ``max_seq_length``; ``clf.preprocessor`` holds
+its examples (tasks/sources/classification.py), at its ``max_seq_length``; ``clf.preprocessor`` holds
 the vocabulary (``vocab_file``), ``do_lower_case`` and ``seq_length`` (the functions
 ``tokenize`` and ``bert_pack_inputs`` are the preprocessing model's).
 """

@@ -6,7 +6,7 @@
     tokenizer("Return the value.", "Raise an error.")   # input_ids, token_type_ids, ...
 
 ``tokenizer.json`` is built with Hugging Face's ``tokenizers`` library (no transformers) as
-the pipeline runexp's own tokenizer (tasks/tokenizer.py) runs:
+the pipeline runexp's own tokenizer (tasks/vocabulary/tokenizer.py) runs:
 
 - WordPiece (``vocab.txt``): google-research/bert's FullTokenizer. ``BertNormalizer`` alone
   is not it: its text cleaning also deletes private-use and unassigned characters (BERT keeps
@@ -47,8 +47,8 @@ import os
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors
 
-from runexp.tasks.tokenizer import SPM_FILE, SPM_WORD_START, VOCAB_FILE, load_tokenizer
-from runexp.tasks.wordpiece import load_vocab
+from runexp.tasks.vocabulary.tokenizer import SPM_FILE, SPM_WORD_START, VOCAB_FILE, load_tokenizer
+from runexp.tasks.vocabulary.wordpiece import load_vocab
 
 TOKENIZER_FILE = "tokenizer.json"
 NOTES_FILE = "tokenizer_notes.md"  # where equality has a known limit (SentencePiece)
@@ -56,7 +56,7 @@ CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 MAX_CHARS_PER_WORD = 200  # google-research/bert's: a longer word is [UNK]
 
-# BERT's _clean_text (as tasks/wordpiece.py): NUL, U+FFFD, control characters but tab and
+# BERT's _clean_text (as tasks/vocabulary/wordpiece.py): NUL, U+FFFD, control characters but tab and
 # line breaks, and format characters go; tab, line breaks and space separators become spaces.
 _DELETED = r"[\x{0}\x{FFFD}\p{Cf}]|[\p{Cc}&&[^\t\n\r]]"
 _WHITESPACE = r"[\t\n\r\p{Zs}]"

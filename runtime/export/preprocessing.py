@@ -46,14 +46,14 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 from runexp.runtime.export.encoder import set_vocab_attributes
-from runexp.tasks.tokenizer import REPORT_FILE, SPM_FILE, VOCAB_FILE, load_tokenizer
-from runexp.tasks.wordpiece import load_vocab
+from runexp.tasks.vocabulary.tokenizer import REPORT_FILE, SPM_FILE, VOCAB_FILE, load_tokenizer
+from runexp.tasks.vocabulary.wordpiece import load_vocab
 
 UNK = "[UNK]"
 MAX_CHARS_PER_WORD = 200  # google-research/bert's WordpieceTokenizer: a longer word is [UNK]
 _MAX_BYTES_PER_WORD = 4 * MAX_CHARS_PER_WORD  # longer words were replaced before
 
-# BERT's _clean_text as google-research/bert and runexp's tasks/wordpiece.py do it, as RE2
+# BERT's _clean_text as google-research/bert and runexp's tasks/vocabulary/wordpiece.py do it, as RE2
 # patterns: deleted are NUL, U+FFFD, control (Cc) but \t \n \r, and format (Cf)
 # characters; private-use and unassigned ones are kept (they become [UNK]).
 # BERT's whitespace (\t \n \r, Zs) and what Python's str.split also breaks at (Zl, Zp)

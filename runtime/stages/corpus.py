@@ -1,6 +1,6 @@
 """The corpus stage: the quickstart corpus from the Python standard library's prose.
 
-See docs/STAGES.md ("corpus") and tasks/stdlib_corpus.py.
+See docs/STAGES.md ("corpus") and tasks/sources/stdlib_corpus.py.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import platform
 
 from runexp.compiler.specs import CorpusSpec
 from runexp.runtime.context import StageContext
-from runexp.tasks import stdlib_corpus
+from runexp.tasks.sources import stdlib_corpus
 
 
 def run(ctx: StageContext) -> dict:

@@ -28,7 +28,7 @@ from runexp.runtime import checkpoints
 from runexp.runtime.bert_config import BertConfig
 from runexp.runtime.export import artifacts, readme
 from runexp.runtime.model import BertClassifier, BertPretrainer, count_parameters
-from runexp.tasks.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 METRICS_FILE = "metrics.json"  # the finetune stage's
 SWEEP_FILE = "sweep.json"  # the sweep stage's (runtime/stages/sweep.py)

@@ -20,7 +20,7 @@ layout (runtime/model.py ``BertClassifier``).
 Params are a ``FinetuneSpec`` (compiler/specs/finetune.py); the optimizer is BERT's
 run_classifier one (AdamW, linear decay, clipping at 1.0).
 
-Data: the classification task is a seqio task (tasks/seqio_tasks.py
+Data: the classification task is a seqio task (tasks/cache/seqio_tasks.py
 ``register_classification_task``: "train" and one split per dev set), read with
 ``get_dataset``: training takes each input host's share in order (``seqio.ShardInfo``),
 shuffled with the seed and repeated (runtime/distributed.py ``PerHostDataset``); dev sets are
@@ -52,10 +52,10 @@ from runexp.runtime.train_log import classification_metrics, regression_metrics
 from runexp.runtime.train_loop_config import TrainLoopConfig
 from runexp.runtime.trainer import Trainer
 from runexp.runtime.training_stage import TrainingKind, run_training
-from runexp.tasks import seqio_tasks
+from runexp.tasks.cache import seqio_tasks
 from runexp.compiler.formats.classification_files import DataFileError, load_examples
-from runexp.tasks.classification import labels_of
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.sources.classification import labels_of
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 METRICS_FILE = "metrics.json"
 

@@ -1,9 +1,9 @@
 """The preprocess stage: BERT pretraining records in seqio's cache layout.
 
-See docs/STAGES.md ("preprocess") and tasks/pretraining_shards.py. The stage directory is a
-seqio cache root: the task's cache is ``<work_dir>/<task>/`` (tasks/records.py), found by
+See docs/STAGES.md ("preprocess") and tasks/instances/pretraining_shards.py. The stage directory is a
+seqio cache root: the task's cache is ``<work_dir>/<task>/`` (tasks/cache/records.py), found by
 ``seqio.get_mixture_or_task(task).get_dataset(use_cached=True)`` once the stage directory is
-a global cache dir (tasks/seqio_tasks.py). Shards are built in parallel worker processes
+a global cache dir (tasks/cache/seqio_tasks.py). Shards are built in parallel worker processes
 (forked when nothing unsafe to fork is loaded, else spawned: never with TensorFlow in them);
 each worker writes its own TFRecord file, and this process writes info.*.json, stats.*.json
 and, last, COMPLETED.
@@ -27,21 +27,21 @@ from runexp.compiler.errors import UserError
 from runexp.compiler.specs.preprocess import MAX_INSTANCES_PER_ROW, SPLIT_INDEX_DIR
 from runexp.runtime.context import StageContext
 from runexp.runtime.progress import Meter
-from runexp.tasks import records
-from runexp.tasks.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
+from runexp.tasks.cache import records
+from runexp.tasks.instances.pretraining_shards import (SPILL_DIR, PretrainingConfig, ShardJob,
                                              ShardStats, packing_summary,
                                              plan_prebuilt_shard_jobs, plan_shard_jobs,
                                              run_shard_jobs, summary_fields)
-from runexp.tasks.text_files import InputIssues, expand_globs
+from runexp.tasks.sources.text_files import InputIssues, expand_globs
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks.pretraining_shards import cached_tokenizer
+from runexp.tasks.instances.pretraining_shards import cached_tokenizer
 
 SPLITS = ("train", "validation")
 
 
 def inputs_read_in_place(stage) -> tuple[str, ...]:
     """The inputs the executor hands this stage as they are when on gs:// (the versions the
-    plan listed, tasks/input_files.py) rather than downloading them first: with runner
+    plan listed, tasks/sources/input_files.py) rather than downloading them first: with runner
     'beam', the corpus files, whose ranges the pipeline's workers read from Cloud Storage
     themselves (on Dataflow they could not read a copy on this machine; on this machine
     the launcher need not download a large corpus before the workers start)."""
@@ -69,7 +69,7 @@ def _jobs(ctx: StageContext, config: PretrainingConfig, num_shards: int,
     if config.source.reads_seqio:
         # Documents read through seqio are written once as JSONL in the spill, then built
         # into shards like any text corpus.
-        from runexp.tasks.seqio_sources import write_documents
+        from runexp.tasks.sources.seqio_sources import write_documents
         files, config = write_documents(ctx, config, spill_dir)
     else:
         files = {split: tuple(expand_globs(ctx.inputs[f"{split}_files"]))
@@ -111,7 +111,7 @@ def run(ctx: StageContext) -> dict:
     os.makedirs(cache_dir, exist_ok=True)
     if not config.source.makes_instances:
         # Ready-made BERT examples: checked, and cached as they are.
-        from runexp.tasks.example_sources import cache_examples
+        from runexp.tasks.cache.example_sources import cache_examples
         return cache_examples(ctx, config, cache_dir)
     try:
         return _build_shards(ctx, config, num_shards, workers, cache_dir)
@@ -173,7 +173,7 @@ def _shard_results(ctx: StageContext, config: PretrainingConfig, jobs: list[Shar
     """(split, shard, stats) of each job as it is done: by an Apache Beam pipeline, in this
     process (one worker), or in a pool of worker processes. The shards are the same."""
     if config.execution.runner == "beam":
-        from runexp.tasks.beam_preprocess import run_beam_shard_jobs
+        from runexp.tasks.instances.beam_preprocess import run_beam_shard_jobs
         yield from run_beam_shard_jobs(jobs, config.execution.beam_options, workers,
                                        ctx.progress)
     elif workers == 1:

@@ -6,8 +6,8 @@ report.json.
 
 Text is read in each task's format (compiler/stages/vocab.py plans the inputs): the union
 of ``train_files`` / ``heldout_files`` as sentence_lines, or per task in ``sources``: text
-files in their format (tasks/text_formats.py), seqio sources through seqio
-(tasks/seqio_sources.py, imported only then) split into sentences like jsonl text. So a
+files in their format (tasks/sources/text_formats.py), seqio sources through seqio
+(tasks/sources/seqio_sources.py, imported only then) split into sentences like jsonl text. So a
 vocab never learns pieces of markup such as a JSON line's ``{"text":``.
 """
 
@@ -23,10 +23,10 @@ from runexp.compiler.specs import VocabSpec
 from runexp.compiler.specs.vocab import VocabSummary
 from runexp.compiler.specs.source import SourceSpec
 from runexp.runtime.context import StageContext
-from runexp.tasks import vocab_dir
-from runexp.tasks.text_documents import iter_documents, sample_sentences
-from runexp.tasks.text_files import expand_globs
-from runexp.tasks.sentence_split import split_text
+from runexp.tasks.vocabulary import vocab_dir
+from runexp.tasks.sources.text_documents import iter_documents, sample_sentences
+from runexp.tasks.sources.text_files import expand_globs
+from runexp.tasks.sources.sentence_split import split_text
 
 _DIAGNOSTIC_LINES = 20_000
 
@@ -57,7 +57,7 @@ def _files(what: str, files: list) -> str:
 
 
 def _seqio_documents(source: SourceSpec, split: str, modules) -> Iterator[list]:
-    from runexp.tasks.seqio_sources import iter_documents as seqio_documents
+    from runexp.tasks.sources.seqio_sources import iter_documents as seqio_documents
 
     for text in seqio_documents(source, split, modules):
         sentences = split_text(text)

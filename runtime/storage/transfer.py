@@ -64,7 +64,7 @@ def download_version(uri: str, dest: str, generation: int | None,
 
 def listed_version(uri: str, generation: int | None, crc32c: str | None = None):
     """The blob of the version of ``uri`` a listing saw, its metadata loaded (what
-    download_version copies, and what tasks/input_files.py reads by ranges);
+    download_version copies, and what tasks/sources/input_files.py reads by ranges);
     ``InputChangedError`` when the object is no longer that version."""
     bucket, key = split_gcs(uri)
     blob = client().bucket(bucket).blob(key, generation=generation)

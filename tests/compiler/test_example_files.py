@@ -1,7 +1,7 @@
 """``format = 'bert_tfrecord'`` in a dry run: records that do not fit are plan errors naming
 the file, what it holds and what is configured (compiler/stages/example_files.py).
 
-The records here are written by runexp's own encoder (tasks/records.py; byte-compatible with
+The records here are written by runexp's own encoder (tasks/cache/records.py; byte-compatible with
 google-research/bert's, tests/tasks/test_example_sources.py checks), so these tests need no
 TensorFlow, as the compiler does not.
 """
@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from runexp.compiler.planner import compile_experiment
-from runexp.tasks import records
-from runexp.tasks.example_proto import encode_example
+from runexp.tasks.cache import records
+from runexp.tasks.cache.example_proto import encode_example
 from tests.support.cli import errors_of
 
 SEQ, PREDS = 64, 10

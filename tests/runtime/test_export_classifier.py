@@ -14,7 +14,7 @@ from tests.support.export import export_ctx, stage, write_pretrain_dir
 from tests.support.runtime import TINY_MODEL, write_vocab_dir
 from runexp.runtime.stages import export, finetune
 from runexp.compiler.formats.classification_files import load_examples
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 GOOD, BAD = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
 FILLER = ["the", "movie", "was", "very", "plot", "acting", "and", "but"]

@@ -4,7 +4,7 @@ runexp trained on.
 The consumer runs in its own process, which imports transformers and not runexp; it prints
 the ids of single sentences and of pairs (with [CLS]/[SEP] and token type ids) as JSON. One
 process reads every vocab's directory (starting transformers once, not once a vocab).
-runexp's ids are its own tokenizer's (tasks/tokenizer.py, what preprocessing uses). Text:
+runexp's ids are its own tokenizer's (tasks/vocabulary/tokenizer.py, what preprocessing uses). Text:
 held-out lines (modules the vocabs were not trained on) of the stdlib docstring corpus and of
 the Chinese corpus (tests/support/chinese_corpus.py), a few hundred each, and hand-written hard
 cases.
@@ -23,8 +23,8 @@ from tests.support.chinese_corpus import chinese_sentences
 from tests.support.spm_models import corpus_lines, train_albert_style
 
 from runexp.runtime.export.huggingface_tokenizer import write_tokenizer_files
-from runexp.tasks import vocab_dir
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary import vocab_dir
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 HARD_LINES = [
     "Héllo, naïve café — Ångström's résumé at the Zürich Straße.",

@@ -1,6 +1,6 @@
 """The exported preprocessing SavedModel tokenises real text exactly as runexp does.
 
-Text: lines of the quickstart corpus (tasks/stdlib_corpus.py: every sixth stdlib module's
+Text: lines of the quickstart corpus (tasks/sources/stdlib_corpus.py: every sixth stdlib module's
 docstring and comment sentences, and all of pydoc's help topics, which hold most of the
 corpus's non-ASCII text: curly quotes, ellipses, accents, ß) and hand-written hard cases.
 Vocabs trained on those lines: SentencePiece models (unigram, lower-cased; BPE, cased) and
@@ -23,9 +23,9 @@ import pytest
 import tensorflow as tf
 
 from runexp.runtime.export import preprocessing
-from runexp.tasks import stdlib_corpus
-from runexp.tasks.classification import _truncate_pair, encode_examples
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.sources import stdlib_corpus
+from runexp.tasks.sources.classification import _truncate_pair, encode_examples
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 try:
     from bert import tokenization as bert_tokenization
@@ -65,7 +65,7 @@ def lines():
 
 
 def _train_sentencepiece(lines, out, model_type, lower, vocab_size=2000):
-    """spm.model trained as the vocab stage trains it (tasks/vocab_dir.py: runexp's special
+    """spm.model trained as the vocab stage trains it (tasks/vocabulary/vocab_dir.py: runexp's special
     pieces, case folded into the normalisation when uncased) and its report.json."""
     import io
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from runexp.compiler.packing import rows_per_step
-from runexp.tasks.inspect import inspect_examples
+from runexp.tasks.cache.inspect import inspect_examples
 from tests.runtime.test_stage_preprocess import make_inputs, run_stage
 
 tf = pytest.importorskip("tensorflow")

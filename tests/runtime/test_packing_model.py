@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from runexp.runtime import checkpoints
 from runexp.runtime.model import BertConfig, BertPretrainer, is_packed
-from runexp.tasks.packing import pack_batch, packing_stats
+from runexp.tasks.instances.packing import pack_batch, packing_stats
 
 SEQ, PREDS = 24, 4
 CONFIG = BertConfig.from_dict({

@@ -20,8 +20,8 @@ from runexp.runtime import pretraining_data
 from runexp.runtime.data_order import ExampleOrder
 from runexp.runtime.mixture_schedule import MixtureSchedule
 from runexp.runtime.stages import pretrain
-from runexp.tasks.record_index import RecordIndex, index_paths
-from runexp.tasks.records import task_cache_of
+from runexp.tasks.cache.record_index import RecordIndex, index_paths
+from runexp.tasks.cache.records import task_cache_of
 
 BATCH = 8
 

@@ -190,7 +190,7 @@ def test_a_sentencepiece_vocab_is_exported_as_the_vocabulary(tmp_path):
 
     import sentencepiece as spm
 
-    from runexp.tasks.tokenizer import load_tokenizer
+    from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
     vocab_dir = tmp_path / "vocab"
     vocab_dir.mkdir()

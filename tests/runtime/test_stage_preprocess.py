@@ -10,9 +10,9 @@ from runexp.compiler.errors import UserError
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime.context import StageContext
 from runexp.runtime.stages import preprocess
-from runexp.tasks import vocab_dir as vocab_files
-from runexp.tasks.text_documents import sample_lines
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary import vocab_dir as vocab_files
+from runexp.tasks.sources.text_documents import sample_lines
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 tf = pytest.importorskip("tensorflow")
 

@@ -179,7 +179,7 @@ def test_dynamic_masks_resume_exactly_and_change_every_epoch(dynamic_data):
         for name in a:
             np.testing.assert_array_equal(a[name].numpy(), b[name].numpy(), err_msg=name)
     # Without shuffling, epoch 2 repeats epoch 1's instances with new masks.
-    from runexp.tasks.records import task_cache_of
+    from runexp.tasks.cache.records import task_cache_of
     with open(os.path.join(task_cache_of(data_dir)[1], "stats.train.json")) as f:
         n = json.load(f)["examples"]
     stream = list(make(0, shuffle_buffer=1).unbatch().batch(n).take(2))
@@ -192,7 +192,7 @@ def test_dynamic_masks_resume_exactly_and_change_every_epoch(dynamic_data):
 def test_a_dynamically_masked_mixture_resumes_exactly(dynamic_data, tmp_path):
     import shutil
 
-    from runexp.tasks.records import task_cache_of
+    from runexp.tasks.cache.records import task_cache_of
     data_dir, _ = dynamic_data
     # The same data as two members (two task names): each member has its own mask key.
     twin = str(tmp_path / "twin")

@@ -5,7 +5,7 @@ import json
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime.context import StageContext
 from runexp.runtime.stages import vocab
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 TEXT = ("The function returns the value of the attribute.\n"
         "An asynchronous task runs in the event loop.\n"

@@ -27,7 +27,7 @@ from runexp.runtime.throughput import examples_in
 from runexp.runtime.train_loop_config import TrainLoopConfig
 from runexp.runtime.train_log import pretraining_metrics
 from runexp.runtime.trainer import Trainer
-from runexp.tasks.packing import pack_batch
+from runexp.tasks.instances.packing import pack_batch
 
 NO_DROPOUT = dict(TINY_MODEL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 

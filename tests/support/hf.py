@@ -57,7 +57,7 @@ def check_export_against_runexp(root: str, lines: list, work_dir: str,
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 - the preprocessing SavedModel's ops
 
-    from runexp.tasks.tokenizer import load_tokenizer
+    from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
     export, hf = os.path.join(root, "export"), os.path.join(root, "export", "huggingface")
     os.makedirs(work_dir, exist_ok=True)

@@ -85,7 +85,7 @@ def write_pretraining_records(data_dir: str, split: str, num_examples: int, voca
     tf.train.Examples, ``info.<split>.json``, ``stats.<split>.json`` and ``COMPLETED``."""
     import tensorflow as tf
 
-    from runexp.tasks import records
+    from runexp.tasks.cache import records
 
     cache_dir = records.task_cache_dir(data_dir, task or os.path.basename(data_dir))
     os.makedirs(cache_dir, exist_ok=True)

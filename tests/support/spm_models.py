@@ -5,7 +5,7 @@
   lower-cased text: ``<pad>`` 0, ``<unk>`` 1, ``[CLS]`` 2, ``[SEP]`` 3, ``[MASK]`` 4.
 - T5's: ``<pad>`` 0, ``</s>`` 1, ``<unk>`` 2, and no [CLS], [SEP] or [MASK].
 
-Text: stdlib docstring and comment sentences (tasks/stdlib_corpus.py, the quickstart's).
+Text: stdlib docstring and comment sentences (tasks/sources/stdlib_corpus.py, the quickstart's).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import itertools
 
-from runexp.tasks import stdlib_corpus
+from runexp.tasks.sources import stdlib_corpus
 
 ALBERT_USER_DEFINED = ["(", ")", '"', "-", ".", "\u2013", "\u00a3", "\u20ac"]
 ALBERT_ROLES = {"[PAD]": "<pad>", "[UNK]": "<unk>", "[CLS]": "[CLS]", "[SEP]": "[SEP]",

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from runexp.tasks import stdlib_corpus, vocab_dir
-from runexp.tasks.text_documents import iter_documents, sample_lines
+from runexp.tasks.sources import stdlib_corpus
+from runexp.tasks.vocabulary import vocab_dir
+from runexp.tasks.sources.text_documents import iter_documents, sample_lines
 
 
 @pytest.fixture(scope="session")

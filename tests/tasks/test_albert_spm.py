@@ -19,7 +19,7 @@ from tests.support.spm_models import (ALBERT_ROLES, corpus_lines, train_albert_s
                                       train_t5_style)
 
 from runexp.runtime.stages import vocab as vocab_stage
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 from tests.support.cli import run_cli
 
 

@@ -2,9 +2,9 @@
 
 import os
 
-from runexp.tasks.pretraining_shards import PretrainingConfig, ShardStats, build_shard
-from runexp.tasks.text_documents import iter_documents, iter_located_documents
-from runexp.tasks.text_files import MAX_SAMPLES, InputIssues
+from runexp.tasks.instances.pretraining_shards import PretrainingConfig, ShardStats, build_shard
+from runexp.tasks.sources.text_documents import iter_documents, iter_located_documents
+from runexp.tasks.sources.text_files import MAX_SAMPLES, InputIssues
 
 
 def write_bad_files(tmp_path, giant_chars=1_100_000):

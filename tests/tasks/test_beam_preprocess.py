@@ -1,5 +1,5 @@
 """Scale-out preprocessing on Apache Beam (DirectRunner) writes what the local runner writes:
-the same records, info and stats, the same bad-input report (tasks/beam_preprocess.py)."""
+the same records, info and stats, the same bad-input report (tasks/instances/beam_preprocess.py)."""
 
 import hashlib
 import json
@@ -15,12 +15,12 @@ from runexp.compiler.errors import UserError  # noqa: E402
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import vocab_dir as vocab_files  # noqa: E402
-from runexp.tasks.beam_preprocess import run_beam_shard_jobs  # noqa: E402
-from runexp.tasks.pretraining_shards import (PretrainingConfig, plan_prebuilt_shard_jobs,  # noqa: E402
+from runexp.tasks.vocabulary import vocab_dir as vocab_files  # noqa: E402
+from runexp.tasks.instances.beam_preprocess import run_beam_shard_jobs  # noqa: E402
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, plan_prebuilt_shard_jobs,  # noqa: E402
                                              plan_shard_jobs, run_shard_jobs)
-from runexp.tasks.records import iter_records  # noqa: E402
-from runexp.tasks.text_documents import sample_lines  # noqa: E402
+from runexp.tasks.cache.records import iter_records  # noqa: E402
+from runexp.tasks.sources.text_documents import sample_lines  # noqa: E402
 
 WORDS = ("function value attribute asynchronous event loop widget window header message field "
          "logger record handler socket thread process queue lock timer").split()
@@ -177,7 +177,7 @@ def test_a_remote_runner_is_refused_before_launching_when_the_corpus_is_local(tm
 
 
 def test_the_beam_module_imports_neither_tensorflow_nor_seqio():
-    code = ("import sys\nimport runexp.tasks.beam_preprocess\n"
+    code = ("import sys\nimport runexp.tasks.instances.beam_preprocess\n"
             "heavy = [m for m in ('tensorflow', 'seqio') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "import runexp.runtime.stages.preprocess, runexp.compiler.planner\n")
@@ -191,7 +191,7 @@ def test_workers_read_a_gcs_corpus_in_place_and_hand_on_through_gcs(tmp_path, gc
     shards through a gs:// shared directory; the records and stats are the local runner's on
     the same files kept locally. A version gone before launch is one clear error."""
     from runexp.runtime import storage
-    from runexp.tasks.input_files import pinned, split_pinned
+    from runexp.tasks.sources.input_files import pinned, split_pinned
 
     vocab_dir = make_corpus(tmp_path, "sentence_lines")
     local_files = sorted(tmp_path.glob("train-*.txt"))
@@ -237,7 +237,7 @@ def test_workers_read_a_gcs_corpus_in_place_and_hand_on_through_gcs(tmp_path, gc
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
 def test_beam_runner_writes_the_local_runners_packed_cache(tmp_path, dynamic):
-    """Packed rows (tasks/packing.py) are the same bytes whichever runner builds them."""
+    """Packed rows (tasks/instances/packing.py) are the same bytes whichever runner builds them."""
     vocab_dir = make_corpus(tmp_path, "sentence_lines")
     params = dict(packing=True, short_seq_prob=0.5, dynamic_masking=dynamic)
     local, local_summary, _ = run_stage(tmp_path, "local", vocab_dir, "sentence_lines",

@@ -1,4 +1,4 @@
-"""Whole-word masking for Chinese (word_segmenter = 'jieba', tasks/chinese_words.py) on real
+"""Whole-word masking for Chinese (word_segmenter = 'jieba', tasks/vocabulary/chinese_words.py) on real
 Chinese text (the machine's zh_CN translations, ~30,000 lines) with a WordPiece vocab trained
 on it: each masked jieba word is masked whole (static masks, decoded and compared with jieba's
 segmentation of the source) or marked whole (dynamic masking's ``word_starts``); the masking
@@ -15,10 +15,10 @@ from tests.support.chinese_corpus import (CATALOGS, WordReference, check_whole_w
                                           reference_continues)
 
 from runexp.compiler.specs import MaskingSpec
-from runexp.tasks import vocab_dir
-from runexp.tasks.pretraining_shards import PretrainingConfig, build_shard, cached_tokenizer
-from runexp.tasks.split_index import continuation_bit, token_dtype
-from runexp.tasks.split_reader import local_index
+from runexp.tasks.vocabulary import vocab_dir
+from runexp.tasks.instances.pretraining_shards import PretrainingConfig, build_shard, cached_tokenizer
+from runexp.tasks.instances.split_index import continuation_bit, token_dtype
+from runexp.tasks.instances.split_reader import local_index
 
 pytest.importorskip("jieba")
 
@@ -66,7 +66,7 @@ def static(zh):
 
 
 def test_continuations_are_jieba_words_on_every_line(zh):
-    from runexp.tasks.chinese_words import word_segmenter
+    from runexp.tasks.vocabulary.chinese_words import word_segmenter
     _, lines, vocab = zh
     tok = cached_tokenizer(vocab)
     ids, counts = tok.encode_lines(lines)
@@ -94,7 +94,7 @@ def test_continuations_are_jieba_words_on_every_line(zh):
 
 
 def test_mixed_words_unknown_characters_and_misaligned_lines(zh):
-    from runexp.tasks.chinese_words import word_segmenter
+    from runexp.tasks.vocabulary.chinese_words import word_segmenter
     _, _, vocab = zh
     tok = cached_tokenizer(vocab)
     words = word_segmenter("jieba", tok)
@@ -123,7 +123,7 @@ def test_mixed_words_unknown_characters_and_misaligned_lines(zh):
 
 
 def test_a_misaligned_line_is_counted_with_its_file_line(zh, tmp_path):
-    from runexp.tasks.chinese_words import word_segmenter
+    from runexp.tasks.vocabulary.chinese_words import word_segmenter
     _, _, vocab = zh
     words = word_segmenter("jieba", cached_tokenizer(vocab))
     path = tmp_path / "t.txt"
@@ -257,6 +257,6 @@ def test_the_spec_needs_word_level_masking_and_masking_json_leaves_it_out(zh):
 
 
 def test_a_sentencepiece_vocab_is_refused(spm_dir):
-    from runexp.tasks.chinese_words import word_segmenter
+    from runexp.tasks.vocabulary.chinese_words import word_segmenter
     with pytest.raises(ValueError, match="needs a WordPiece vocab"):
         word_segmenter("jieba", cached_tokenizer(spm_dir))

@@ -3,8 +3,8 @@
 import pytest
 
 from runexp.compiler.formats.classification_files import load_examples
-from runexp.tasks.classification import encode_examples, labels_of
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.sources.classification import encode_examples, labels_of
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 
 def test_tsv_and_jsonl(tmp_path):

@@ -1,4 +1,4 @@
-"""Dynamic masking (tasks/dynamic_masking.py) against the static masker (tasks/masking.py).
+"""Dynamic masking (tasks/instances/dynamic_masking.py) against the static masker (tasks/instances/masking.py).
 
 The same instances are built twice from the stdlib slice: statically masked (dupe_factor 1)
 and unmasked for masking at training time. Masks drawn in TensorFlow must have the static
@@ -15,9 +15,9 @@ import pytest
 
 tf = pytest.importorskip("tensorflow")
 
-from runexp.tasks.dynamic_masking import mask_batch  # noqa: E402
-from runexp.tasks.masking import MaskingConfig  # noqa: E402
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats,  # noqa: E402
+from runexp.tasks.instances.dynamic_masking import mask_batch  # noqa: E402
+from runexp.tasks.instances.masking import MaskingConfig  # noqa: E402
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats,  # noqa: E402
                                              cached_tokenizer, iter_shard_batches)
 
 MAX_LEN, MAX_PRED = 128, 20

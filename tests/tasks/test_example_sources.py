@@ -31,7 +31,8 @@ from runexp.compiler.errors import UserError  # noqa: E402
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import records, seqio_tasks, vocab_dir as vocab_files  # noqa: E402
+from runexp.tasks.cache import records, seqio_tasks  # noqa: E402
+from runexp.tasks.vocabulary import vocab_dir as vocab_files  # noqa: E402
 
 SEQ, PREDS = 64, 10
 WORDS = ("function value attribute asynchronous event loop widget window header message "

@@ -1,4 +1,4 @@
-"""Corpus files read in place on Cloud Storage (tasks/input_files.py), against a GCS server
+"""Corpus files read in place on Cloud Storage (tasks/sources/input_files.py), against a GCS server
 on loopback: the readers see the same lines, at any byte-range cut, as from a local copy."""
 
 import random
@@ -6,9 +6,9 @@ import random
 import pytest
 
 from runexp.runtime import storage
-from runexp.tasks import input_files
-from runexp.tasks.text_files import ReadCounter, iter_segment_lines
-from runexp.tasks.text_formats import Paragraphs
+from runexp.tasks.sources import input_files
+from runexp.tasks.sources.text_files import ReadCounter, iter_segment_lines
+from runexp.tasks.sources.text_formats import Paragraphs
 
 
 def _text(seed: int) -> bytes:

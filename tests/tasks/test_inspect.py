@@ -6,10 +6,10 @@ import re
 import numpy as np
 import pytest
 
-from runexp.tasks import inspect
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardJob,
+from runexp.tasks.cache import inspect
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardJob,
                                              build_shard, cached_tokenizer, write_shard)
-from runexp.tasks.records import shard_path
+from runexp.tasks.cache.records import shard_path
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ def test_light_task_modules_do_not_import_tensorflow_or_seqio():
     known = modules()
     heavy = heavy_modules(known)
     light = sorted(m for m in known if m.startswith("runexp.tasks.") and m not in heavy)
-    assert "runexp.tasks.pretraining_shards" in light and "runexp.tasks.seqio_tasks" in heavy
+    assert "runexp.tasks.instances.pretraining_shards" in light and "runexp.tasks.cache.seqio_tasks" in heavy
     assert not heavy & set(ENTRY_POINTS)
     code = ("import sys\n" + "".join(f"import {m}\n" for m in light + list(ENTRY_POINTS))
             + "from runexp.tasks import register\n"

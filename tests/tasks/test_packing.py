@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from runexp.tasks.packing import (MAX_INSTANCES_PER_ROW, pack_batch, pack_lengths,
+from runexp.tasks.instances.packing import (MAX_INSTANCES_PER_ROW, pack_batch, pack_lengths,
                                   packed_max_predictions, packing_stats)
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, build_shard,
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats, build_shard,
                                              cached_tokenizer, iter_shard_batches)
 
 L, PRED = 128, 20
@@ -181,7 +181,7 @@ def test_seqio_and_tensorflow_read_packed_records(small_corpus, wordpiece_dir, t
     """The packed records, written as the preprocess stage writes them, parsed by
     TensorFlow's own parser with the layout's spec."""
     tf = pytest.importorskip("tensorflow")
-    from runexp.tasks.records import TFRecordWriter, encode_instance_batch
+    from runexp.tasks.cache.records import TFRecordWriter, encode_instance_batch
     rows, config = build(os.path.join(small_corpus, "train.txt"), wordpiece_dir, dupe_factor=1,
                          packing=True)
     path = str(tmp_path / "train.tfrecord")
@@ -206,10 +206,10 @@ def test_seqio_and_tensorflow_read_packed_records(small_corpus, wordpiece_dir, t
 @pytest.fixture(scope="module", params=[False, True], ids=["uniform", "whole_words"])
 def dynamic_rows(request, small_corpus, wordpiece_dir):
     """Packed rows left for training-time masking, and the same rows masked in TensorFlow
-    (tasks/dynamic_masking.py) with two different seeds."""
+    (tasks/instances/dynamic_masking.py) with two different seeds."""
     tf = pytest.importorskip("tensorflow")
-    from runexp.tasks.dynamic_masking import mask_batch
-    from runexp.tasks.masking import MaskingConfig
+    from runexp.tasks.instances.dynamic_masking import mask_batch
+    from runexp.tasks.instances.masking import MaskingConfig
     wwm = request.param
     rows, config = build(os.path.join(small_corpus, "train.txt"), wordpiece_dir,
                          dynamic_masking=True, packing=True, whole_word_masking=wwm,

@@ -51,9 +51,9 @@ pytestmark = pytest.mark.skipif(
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import vocab_dir  # noqa: E402
-from runexp.tasks.text_documents import iter_documents, sample_lines  # noqa: E402
-from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab  # noqa: E402
+from runexp.tasks.vocabulary import vocab_dir  # noqa: E402
+from runexp.tasks.sources.text_documents import iter_documents, sample_lines  # noqa: E402
+from runexp.tasks.vocabulary.wordpiece import WordPieceTokenizer, load_vocab  # noqa: E402
 
 MAX_LEN, MAX_PRED, DUPE = 128, 20, 5
 SEEDS = 10
@@ -192,9 +192,9 @@ def parity_corpus(small_corpus, tmp_path_factory):
 @pytest.fixture(scope="module")
 def both_outputs(parity_corpus, wordpiece_dir, tmp_path_factory):
     """(the peer's records, our stage's records, our statistics over more seeds)."""
-    from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats,
+    from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats,
                                                  iter_shard_batches)
-    from runexp.tasks.tokenizer import load_tokenizer
+    from runexp.tasks.vocabulary.tokenizer import load_tokenizer
     out = tmp_path_factory.mktemp("parity")
     corpus = parity_corpus
     peer_file = str(out / "peer.tfrecord")

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from runexp.compiler.specs import MaskingSpec
-from runexp.tasks.document_store import DocumentStore
-from runexp.tasks.pretraining_instances import truncation
-from runexp.tasks.pretraining_shards import (PretrainingConfig, build_shard, cached_tokenizer,
+from runexp.tasks.instances.document_store import DocumentStore
+from runexp.tasks.instances.pretraining_instances import truncation
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, build_shard, cached_tokenizer,
                                              shard_documents)
 
 MAX_LEN, MAX_PRED = 128, 20
@@ -121,7 +121,7 @@ def test_short_sequences(small_corpus, spm_dir, tmp_path):
     # The target length is drawn per document and pass, so the slice's 45 whole modules give
     # a share that moves by +-0.05 from seed to seed; its text cut into ~500 documents of at
     # most 8 sentences moves by +-0.005.
-    from runexp.tasks.text_documents import iter_documents
+    from runexp.tasks.sources.text_documents import iter_documents
     docs = []
     for doc in iter_documents([os.path.join(small_corpus, "train.txt")]):
         docs.extend("".join(line + "\n" for line in doc[i:i + 8]) for i in range(0, len(doc), 8))
@@ -283,7 +283,7 @@ def test_rejects_unknown_pair_objective():
 def test_vectorised_whole_word_selection_has_the_reference_distribution():
     """Batch whole-word masking picks words like the per-instance greedy loop (random order,
     a word taken when it still fits), and leaves no word out that would still fit."""
-    from runexp.tasks import masking
+    from runexp.tasks.instances import masking
     sizes = [1, 2, 3, 1, 1, 4, 2, 1]
     # Ids 10.. start words, 50.. continue them; [CLS] 2 ... [SEP] 3.
     row = [2]

@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from runexp.tasks.example_proto import encode_example, encode_examples
-from runexp.tasks.pretraining_shards import PretrainingConfig, build_shard
-from runexp.tasks.records import TFRecordWriter, encode_instance_features
+from runexp.tasks.cache.example_proto import encode_example, encode_examples
+from runexp.tasks.instances.pretraining_shards import PretrainingConfig, build_shard
+from runexp.tasks.cache.records import TFRecordWriter, encode_instance_features
 
 tf = pytest.importorskip("tensorflow")
 

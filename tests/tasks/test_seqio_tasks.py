@@ -9,7 +9,7 @@ seqio = pytest.importorskip("seqio")
 from runexp.compiler.plan import Plan, Stage  # noqa: E402
 from runexp.runtime.context import StageContext  # noqa: E402
 from runexp.runtime.stages import preprocess  # noqa: E402
-from runexp.tasks import seqio_tasks  # noqa: E402
+from runexp.tasks.cache import seqio_tasks  # noqa: E402
 
 
 def preprocess_stage(small_corpus, spm_dir, out_dir):
@@ -104,7 +104,7 @@ def test_dynamically_masked_task_masks_its_train_split_after_the_cache(small_cor
                                        shuffle=False).as_numpy_iterator())
     assert "word_starts" not in validation[0]
     assert all(e["masked_lm_weights"].sum() > 0 for e in validation)
-    from runexp.tasks.inspect import inspect_examples
+    from runexp.tasks.cache.inspect import inspect_examples
     assert "masked at training time" in inspect_examples(stage.output_dir, spm_dir, "train", 1)
     assert "masked at training time" not in inspect_examples(stage.output_dir, spm_dir,
                                                              "validation", 1)
@@ -155,8 +155,8 @@ def test_register_reads_a_finished_experiments_cache_in_a_fresh_process(small_co
     import subprocess
     import sys
 
-    from runexp.tasks.inspect import decode_example, record_files
-    from runexp.tasks.records import iter_records
+    from runexp.tasks.cache.inspect import decode_example, record_files
+    from runexp.tasks.cache.records import iter_records
 
     root = tmp_path / "run"
     stage = preprocess_stage(small_corpus, spm_dir, str(root / "preprocess.small_mlm"))

@@ -8,15 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from runexp.tasks import pretraining_shards as ps
+from runexp.tasks.instances import pretraining_shards as ps
 from runexp.compiler.shard_count import auto_num_shards
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
                                              iter_shard_batches, plan_shard_jobs, run_shard_jobs,
                                              summary_fields, write_shard)
-from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
-from runexp.tasks.split_reader import local_index
-from runexp.tasks.text_documents import iter_documents, iter_located_documents
-from runexp.tasks.text_files import InputIssues
+from runexp.tasks.instances.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
+from runexp.tasks.instances.split_reader import local_index
+from runexp.tasks.sources.text_documents import iter_documents, iter_located_documents
+from runexp.tasks.sources.text_files import InputIssues
 
 
 def config(**overrides):
@@ -205,7 +205,7 @@ def test_shards_are_balanced_by_size(corpus, wordpiece_dir):
 
 def test_random_next_segments_come_from_the_whole_split(corpus, wordpiece_dir):
     import random
-    from runexp.tasks.pretraining_instances import plan_instances
+    from runexp.tasks.instances.pretraining_instances import plan_instances
     index = local_index(corpus, wordpiece_dir)
     cfg = config(max_seq_length=128, dupe_factor=2)
     store, blocks = index.shard_store(index.shard_blocks(0, 4), 3, "train")

@@ -3,10 +3,10 @@
 import json
 import os
 
-from runexp.tasks import stdlib_corpus
+from runexp.tasks.sources import stdlib_corpus
 from runexp.compiler.formats.classification_files import load_examples
-from runexp.tasks.sentences import split_sentences
-from runexp.tasks.text_documents import iter_documents
+from runexp.tasks.sources.sentences import split_sentences
+from runexp.tasks.sources.text_documents import iter_documents
 
 
 def test_splitter_drops_doctests_and_code():

@@ -15,14 +15,14 @@ import pytest
 from runexp.compiler.plan import Plan, Stage
 from runexp.runtime.context import StageContext
 from runexp.runtime.stages import vocab as runtime_vocab
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
                                              plan_shard_jobs, run_shard_jobs)
-from runexp.tasks.sentence_split import (MAX_RUN_CHARS, ends_before, split_line,
+from runexp.tasks.sources.sentence_split import (MAX_RUN_CHARS, ends_before, split_line,
                                          split_paragraph, split_text)
-from runexp.tasks.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
-from runexp.tasks.text_documents import iter_documents, iter_located_documents, sample_lines
-from runexp.tasks.text_files import InputIssues
-from runexp.tasks.text_formats import input_issues
+from runexp.tasks.instances.split_index import RangeJob, build_split_index, plan_ranges, tokenize_range
+from runexp.tasks.sources.text_documents import iter_documents, iter_located_documents, sample_lines
+from runexp.tasks.sources.text_files import InputIssues
+from runexp.tasks.sources.text_formats import input_issues
 
 
 # --- the splitter ----------------------------------------------------------------------------
@@ -397,7 +397,7 @@ def test_the_vocab_is_trained_on_the_text_not_on_json(corpora, tmp_path):
 
 
 def test_new_modules_are_light():
-    code = ("import sys\nimport runexp.tasks.sentence_split, runexp.tasks.text_formats\n"
+    code = ("import sys\nimport runexp.tasks.sources.sentence_split, runexp.tasks.sources.text_formats\n"
             "import runexp.compiler.stages.vocab\n"
             "heavy = [m for m in ('tensorflow', 'seqio', 'numpy') if m in sys.modules]\n"
             "assert not heavy, heavy\n")
@@ -408,7 +408,7 @@ def test_every_text_format_is_one_row_and_one_reader_class():
     """The formats' table names each text format's reader; the compiler reads the table
     without importing the readers."""
     from runexp.compiler.specs.source_formats import SOURCE_FORMATS, TEXT_FORMATS
-    from runexp.tasks.text_formats import TextReader, reader_class
+    from runexp.tasks.sources.text_formats import TextReader, reader_class
 
     assert TEXT_FORMATS == ("sentence_lines", "paragraphs", "jsonl")
     for name, row in SOURCE_FORMATS.items():
@@ -419,5 +419,5 @@ def test_every_text_format_is_one_row_and_one_reader_class():
             with pytest.raises(ValueError, match="not a text format"):
                 reader_class(name)
     code = ("import sys\nimport runexp.compiler.specs.source_formats, runexp.compiler.planner\n"
-            "assert 'runexp.tasks.text_formats' not in sys.modules\n")
+            "assert 'runexp.tasks.sources.text_formats' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)

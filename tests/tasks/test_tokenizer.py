@@ -3,7 +3,7 @@
 import json
 import os
 
-from runexp.tasks.tokenizer import SPECIAL_TOKENS, load_tokenizer
+from runexp.tasks.vocabulary.tokenizer import SPECIAL_TOKENS, load_tokenizer
 
 
 def test_sentencepiece_special_ids_are_bert_layout(spm_dir):

@@ -10,9 +10,9 @@ import unicodedata
 import pytest
 from tests.support.chinese_corpus import CATALOGS, chinese_sentences
 
-from runexp.tasks import vocab_dir
-from runexp.tasks.text_documents import iter_documents
-from runexp.tasks.tokenizer import load_tokenizer
+from runexp.tasks.vocabulary import vocab_dir
+from runexp.tasks.sources.text_documents import iter_documents
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
 
 bert_tokenization = pytest.importorskip("bert.tokenization")
 
@@ -66,7 +66,7 @@ def test_full_tokenizer_gives_the_training_ids(corpus, request):
 @pytest.mark.parametrize("corpus", ["english", "chinese"])
 def test_seqio_bert_wordpiece_vocabulary_gives_the_training_ids(corpus, request):
     pytest.importorskip("seqio")
-    from runexp.tasks.seqio_vocabulary import seqio_vocabulary
+    from runexp.tasks.vocabulary.seqio_vocabulary import seqio_vocabulary
 
     import tensorflow as tf
 

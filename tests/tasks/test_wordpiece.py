@@ -1,6 +1,6 @@
 """WordPiece against hand-checked cases of google-research/bert's FullTokenizer."""
 
-from runexp.tasks.wordpiece import WordPieceTokenizer, clean_text
+from runexp.tasks.vocabulary.wordpiece import WordPieceTokenizer, clean_text
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "want", "##want", "##ed", "wa", "un",
          "runn", "##ing", ",", "low", "lowest", "hello", "!", "how", "are", "you", "?", "hallo",

@@ -2,8 +2,8 @@
 counts, the shard files, and the cache made whole only at the end.
 
 Why a module of its own: both sources of ready-made examples (``bert_tfrecord`` files and
-``seqio_bert_features`` tasks, tasks/example_sources.py) end here, so they are checked,
-counted, sharded and cached alike, in runexp's layout (tasks/records.py).
+``seqio_bert_features`` tasks, tasks/cache/example_sources.py) end here, so they are checked,
+counted, sharded and cached alike, in runexp's layout (tasks/cache/records.py).
 
 - ``ValueChecks``: what parsing with fixed shapes cannot see but training would trip on:
   token ids outside the vocabulary (an embedding lookup out of range), masked positions
@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from runexp.compiler.errors import Problem, UserError
-from runexp.tasks import records
+from runexp.tasks.cache import records
 
 
 @dataclasses.dataclass

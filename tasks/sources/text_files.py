@@ -1,6 +1,6 @@
-"""Corpus text files, the bytes and lines their text formats' readers (tasks/text_formats.py)
+"""Corpus text files, the bytes and lines their text formats' readers (tasks/sources/text_formats.py)
 read: expanding globs, reading a file's lines by byte segments and counting bad input. The
-documents of whole files in any text format are tasks/text_documents.py's.
+documents of whole files in any text format are tasks/sources/text_documents.py's.
 
 Bad input never crashes a run and is never dropped silently: ``InputIssues`` counts it, with
 up to ``MAX_SAMPLES`` ``file:line`` samples of each kind. The kinds, what each means and what
@@ -16,11 +16,11 @@ to do are declared once, in compiler/specs/bad_input.py:
 - ``jsonl`` only (``JSONL_ISSUE_KINDS``), each line skipped: ``invalid_json_lines`` (not a
   JSON object), ``missing_text_lines`` (no string in the text field), ``empty_text_lines``
   (only whitespace there).
-- with a word segmenter (tasks/chinese_words.py): ``unsegmented_lines``, lines whose
+- with a word segmenter (tasks/vocabulary/chinese_words.py): ``unsegmented_lines``, lines whose
   segmented words could not be lined up with their tokens (kept, with character masking).
 
 The four kinds of every format are always in a summary; a format's own kinds are there when
-its reader counted (tasks/text_formats.py ``input_issues``), so sentence_lines summaries are
+its reader counted (tasks/sources/text_formats.py ``input_issues``), so sentence_lines summaries are
 as before.
 
 Usage:
@@ -29,7 +29,7 @@ Usage:
     for k, text in iter_segment_lines(path, start, end, counter): ...  # lines starting there
 
 Files are read as bytes, in segments (``iter_segment_lines``): the preprocess stage cuts a
-split's files into byte ranges and reads each once (tasks/pretraining_shards.py).
+split's files into byte ranges and reads each once (tasks/instances/pretraining_shards.py).
 
 Stdlib only.
 """
@@ -41,7 +41,7 @@ from typing import Iterable, Iterator, Optional
 
 from runexp.compiler import globs
 from runexp.compiler.specs.bad_input import BAD_INPUT_KINDS, EVERY_FORMAT, JSONL, counted_by
-from runexp.tasks import input_files
+from runexp.tasks.sources import input_files
 
 MAX_LINE_CHARS = 1 << 20
 MAX_SAMPLES = 5
@@ -62,7 +62,7 @@ def _issue_order(kind: str) -> tuple:
 class InputIssues:
     """Counts and the first ``MAX_SAMPLES`` locations (in file order) of each kind of bad
     input: the four ``ISSUE_KINDS`` always, a format's own kinds once counted (or set up by
-    tasks/text_formats.py ``input_issues``)."""
+    tasks/sources/text_formats.py ``input_issues``)."""
 
     counts: dict = dataclasses.field(default_factory=lambda: dict.fromkeys(ISSUE_KINDS, 0))
     samples: dict = dataclasses.field(
@@ -70,7 +70,7 @@ class InputIssues:
 
     @classmethod
     def with_kinds(cls, kinds: Iterable[str]) -> "InputIssues":
-        """Issues with ``kinds`` (a format's own, tasks/text_formats.py ``input_issues``)
+        """Issues with ``kinds`` (a format's own, tasks/sources/text_formats.py ``input_issues``)
         counted from zero too, so that a summary says none occurred."""
         issues = cls()
         for kind in kinds:
@@ -124,7 +124,7 @@ def expand_globs(patterns: Iterable[str] | str) -> list[str]:
     ``[...]`` stay within one directory, ``**`` spans any number of them, wildcards skip
     names starting with ``.``, and an existing file named exactly by a pattern matches.
 
-    A version of a gs:// object (``gs://bucket/key#generation``, tasks/input_files.py: what
+    A version of a gs:// object (``gs://bucket/key#generation``, tasks/sources/input_files.py: what
     the executor hands a stage that reads its corpus in place) is one file, as it is; files
     sort by their names, versions left out.
 

@@ -231,7 +231,7 @@ def write_documents(ctx, config, spill_dir: str):
     """Reads a seqio source's documents once and writes them as JSONL in
     ``<spill_dir>/documents/<split>.jsonl`` (empty documents left out). Returns
     ``({split: (path,)}, config)`` with the config's source now ``jsonl`` over those
-    files, for the usual shard builder (tasks/pretraining_shards.py)."""
+    files, for the usual shard builder (tasks/instances/pretraining_shards.py)."""
     source: SourceSpec = config.source
     modules = ctx.inputs.get("modules") or ()
     out_dir = os.path.join(spill_dir, DOCUMENTS_DIR)

@@ -10,7 +10,7 @@ refuses it with dynamic masking).
 
 The randomness of a row is a function of its seed only, a pair ``[key, position]``: the
 key says which run (and task), the position where the example is in the task's stream
-(tasks/seqio_tasks.py: the task's seqio preprocessor after its cache placeholder). Stateless ops (Philox) draw from it, so a resumed run that skips to the
+(tasks/cache/seqio_tasks.py: the task's seqio preprocessor after its cache placeholder). Stateless ops (Philox) draw from it, so a resumed run that skips to the
 same position draws the same mask, and an example seen again (the next epoch, a later
 position) gets a new one.
 
@@ -29,7 +29,7 @@ from typing import Mapping
 
 import tensorflow as tf
 
-from runexp.tasks.masking import MaskingConfig
+from runexp.tasks.instances.masking import MaskingConfig
 
 
 def _row_draws(seeds: tf.Tensor, length: int, width: int, vocab_size: int):
@@ -148,7 +148,7 @@ def _replace(features, ids, positions, valid, u, random_ids, config: MaskingConf
 
 def _mask_packed(features: Mapping[str, tf.Tensor], seeds: tf.Tensor,
                  config: MaskingConfig) -> dict:
-    """``mask_batch`` of packed rows (tasks/packing.py): each instance of a row is masked
+    """``mask_batch`` of packed rows (tasks/instances/packing.py): each instance of a row is masked
     as an unpacked one would be (its own ``k`` from its own tokens; positions within it,
     never its [CLS], [SEP]s or the padding; whole words inside it), and the row's
     predictions fill its ``masked_lm_*`` slots (their width: the records'), ascending."""

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS  # noqa: F401 - re-exported
 from runexp.compiler.vocab_roles import MISSING_ROLES_HINT, sentencepiece_roles
-from runexp.tasks.wordpiece import WordPieceTokenizer, load_vocab
+from runexp.tasks.vocabulary.wordpiece import WordPieceTokenizer, load_vocab
 
 if TYPE_CHECKING:  # annotations only
     import numpy as np

@@ -6,10 +6,10 @@ plan listed (compiler/gcs_inputs.py fingerprints gs:// inputs by it), so a worke
 bytes the plan saw or fails with ``InputChangedError``, never a newer object under the same
 name.
 
-Why in place: a preprocess stage on Apache Beam (tasks/beam_preprocess.py) has its workers
+Why in place: a preprocess stage on Apache Beam (tasks/instances/beam_preprocess.py) has its workers
 read the corpus ranges they tokenise straight from Cloud Storage, on Dataflow or on this
 machine, instead of the launcher downloading a multi-GB corpus first. The readers
-(tasks/text_files.py ``iter_segment_lines``, tasks/text_formats.py) read a range in 1 MiB
+(tasks/sources/text_files.py ``iter_segment_lines``, tasks/sources/text_formats.py) read a range in 1 MiB
 blocks and then, past the range's end, in small reads to finish its last line; a remote
 reader turns each into one ranged GET, reading ahead in larger requests inside the range
 (``end_hint``) so that latency is paid once per ``READ_AHEAD`` bytes, and never reads more

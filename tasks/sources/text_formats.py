@@ -1,19 +1,19 @@
 """The text formats: a byte segment of a file as document text, sentences and document
 breaks, one class per format (``TextReader``), named by its row of compiler/specs/
-source_formats.py. The preprocess stage (by byte ranges, tasks/split_index.py) and the vocab
-stage (whole files, tasks/text_documents.py ``iter_located_documents``) read every format through
+source_formats.py. The preprocess stage (by byte ranges, tasks/instances/split_index.py) and the vocab
+stage (whole files, tasks/sources/text_documents.py ``iter_located_documents``) read every format through
 the same events, so they see the same sentences:
 
 - ``sentence_lines`` (``SentenceLines``): one sentence a line, a blank line between
   documents; a line over 1 MiB is skipped (``giant_lines``) and ends nothing.
 - ``paragraphs`` (``Paragraphs``): running text, a blank line between documents; the lines
   of a paragraph are joined where a sentence goes on and cut at sentence ends
-  (tasks/sentence_split.py). A line over 1 MiB is skipped (``giant_lines``) and ends a
+  (tasks/sources/sentence_split.py). A line over 1 MiB is skipped (``giant_lines``) and ends a
   sentence, not the document.
 - ``jsonl`` (``Jsonl``): one JSON object a line, one document each, its text in
   ``text_field`` (a key, or a dotted path such as ``meta.body`` when no key is named so);
   every line break of the text ends a paragraph. Lines may be up to 64 MiB (a book). Bad
-  lines are skipped and counted (tasks/text_files.py ``InputIssues``):
+  lines are skipped and counted (tasks/sources/text_files.py ``InputIssues``):
   ``invalid_json_lines``, ``missing_text_lines``, ``empty_text_lines``; blank lines are
   ignored.
 
@@ -49,8 +49,8 @@ from typing import Iterator, Optional
 
 from runexp.compiler.specs.source import SourceSpec
 from runexp.compiler.specs.source_formats import SOURCE_FORMATS, TEXT_FORMATS
-from runexp.tasks import input_files, sentence_split
-from runexp.tasks.text_files import (JSONL_ISSUE_KINDS, MAX_LINE_CHARS, InputIssues,
+from runexp.tasks.sources import input_files, sentence_split
+from runexp.tasks.sources.text_files import (JSONL_ISSUE_KINDS, MAX_LINE_CHARS, InputIssues,
                                      ReadCounter, _fix_line, iter_segment_lines)
 
 MAX_JSONL_LINE_BYTES = 64 << 20

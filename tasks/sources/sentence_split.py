@@ -1,6 +1,6 @@
 """Sentences of running text: where a paragraph's lines are joined, and where it is cut.
 
-The ``paragraphs`` and ``jsonl`` text formats (tasks/text_formats.py) give BERT sentences,
+The ``paragraphs`` and ``jsonl`` text formats (tasks/sources/text_formats.py) give BERT sentences,
 which it pairs into segments A and B; this module finds them by punctuation:
 
 - ``。！？｡`` (CJK), ``؟`` (Arabic), ``۔`` (Urdu), ``।॥`` (Devanagari) end a sentence

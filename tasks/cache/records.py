@@ -9,12 +9,12 @@ Features (BERT's run_pretraining.py reads exactly these):
                                          only: 1 where a maskable word starts
 
 A packed split (``packing``: several instances a row) has more: ``position_ids``,
-``instance_ids`` and per-instance ``next_sentence_*`` (tasks/packing.py, its layout).
+``instance_ids`` and per-instance ``next_sentence_*`` (tasks/instances/packing.py, its layout).
 
 A split masked at training time (``dynamic_masking``) has the same features with
 unmasked ``input_ids`` and empty ``masked_lm_*`` (zeros), plus ``word_starts``; the task
 cache's ``masking.json`` says which splits those are and how to mask them
-(tasks/dynamic_masking.py; the task's seqio preprocessor does, tasks/seqio_tasks.py).
+(tasks/instances/dynamic_masking.py; the task's seqio preprocessor does, tasks/cache/seqio_tasks.py).
 
 Cache layout (seqio 0.0.20's: a task's cache dir is ``<cache root>/<task name>/``, with
 ``:`` in a name making subdirectories; ``seqio.Task.cache_dir`` finds it under each global
@@ -47,7 +47,7 @@ import struct
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Sequence
 
 from runexp.compiler.formats.tfrecord_crc import masked_crc
-from runexp.tasks.example_proto import encode_example, encode_examples
+from runexp.tasks.cache.example_proto import encode_example, encode_examples
 
 if TYPE_CHECKING:  # annotations only: numpy is not imported for them
     import numpy as np
@@ -60,7 +60,7 @@ def feature_spec(max_seq_length: int, max_predictions_per_seq: int,
                  word_starts: bool = False, packed: int = 0) -> dict[str, tuple]:
     """name -> (shape, dtype name as stored in the tf.train.Example); ``word_starts`` for a
     split masked at training time; ``packed``: up to that many instances a row
-    (tasks/packing.py; ``max_predictions_per_seq`` is then the row's), 0 for one."""
+    (tasks/instances/packing.py; ``max_predictions_per_seq`` is then the row's), 0 for one."""
     spec = {
         "input_ids": ([max_seq_length], "int64"),
         "input_mask": ([max_seq_length], "int64"),

@@ -4,18 +4,18 @@ The split's files (sorted, concatenated) are cut into byte ranges of equal size,
 ``tokenize_range`` reads the lines that start in a range and tokenises them once, into a
 spill (token ids, 2 bytes each for vocabs up to 65,536 ids, and sentence lengths), counting
 every byte it reads. The range's lines are read by their text format's reader
-(tasks/text_formats.py: a line is a sentence in ``sentence_lines``; ``paragraphs`` reads on
+(tasks/sources/text_formats.py: a line is a sentence in ``sentence_lines``; ``paragraphs`` reads on
 past the range's end to the next sentence end; ``jsonl`` makes every line a document), whose
 events (document text, sentences, document breaks) make the range's fragments: runs of
-document text with no break inside the range. With a word segmenter (``word_segmenter``: Chinese words, tasks/chinese_words.py)
+document text with no break inside the range. With a word segmenter (``word_segmenter``: Chinese words, tasks/vocabulary/chinese_words.py)
 a token that continues a segmented word is stored with ``continuation_bit`` set (the spill's
 dtype leaves room for it). ``build_split_index`` joins the ranges into the split's index:
 documents stitched across range ends, and blocks of documents of ~1/4096 of the split (at
 most 2^18 tokens), each with its own seed. ``assign_blocks`` gives shards their blocks
-(largest first, to the shard with the fewest tokens). tasks/split_reader.py reads the index
+(largest first, to the shard with the fewest tokens). tasks/instances/split_reader.py reads the index
 back (``SplitIndex``).
 
-Light: no TensorFlow. Used by tasks/pretraining_shards.py (phase 2: instances).
+Light: no TensorFlow. Used by tasks/instances/pretraining_shards.py (phase 2: instances).
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks import input_files
-from runexp.tasks.text_files import InputIssues, ReadCounter
-from runexp.tasks.text_formats import input_issues, reader_class
-from runexp.tasks.tokenizer import cached_tokenizer
-from runexp.tasks.chinese_words import UNSEGMENTED, word_segmenter
+from runexp.tasks.sources import input_files
+from runexp.tasks.sources.text_files import InputIssues, ReadCounter
+from runexp.tasks.sources.text_formats import input_issues, reader_class
+from runexp.tasks.vocabulary.tokenizer import cached_tokenizer
+from runexp.tasks.vocabulary.chinese_words import UNSEGMENTED, word_segmenter
 
 _LINES_PER_CALL = 4096
 

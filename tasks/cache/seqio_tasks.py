@@ -6,7 +6,7 @@ read with ``get_dataset(..., use_cached=True)`` (runtime/pretraining_data.py).
 
 Caches. A preprocess stage directory is a seqio cache root: the task's cache is
 ``<stage dir>/<task name>/`` (records, ``info.<split>.json``, ``stats.<split>.json``,
-``COMPLETED``; tasks/records.py). Registering a task makes its cache root a seqio global cache
+``COMPLETED``; tasks/cache/records.py). Registering a task makes its cache root a seqio global cache
 dir (first in the list, so the latest registration of a name finds its own cache), and
 ``seqio.Task.cache_dir`` finds the cache by itself.
 
@@ -21,7 +21,7 @@ Dynamic masking (RoBERTa). A split the preprocess stage left unmasked (``masking
 records carry ``word_starts``) is masked by a preprocessor after the
 ``CacheDatasetPlaceholder``: example ``i`` of the task's stream (after the cache read and the
 repeat of ``num_epochs``, before the shuffle buffer) gets its mask from the stateless seed
-pair ``[key, i]`` (tasks/dynamic_masking.py; a stream read by position gives ``i`` as the
+pair ``[key, i]`` (tasks/instances/dynamic_masking.py; a stream read by position gives ``i`` as the
 feature ``STREAM_POSITION``); ``key`` is drawn by seqio's own seeded-map
 machinery from ``get_dataset``'s ``seed`` (and TensorFlow's global seed, which the pretrain
 stage sets), mixed with a hash of the task's ``random_seed`` and name, so the members of a
@@ -58,17 +58,17 @@ import tensorflow as tf
 
 from runexp.compiler.specs.preprocess import MAX_INSTANCES_PER_ROW
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks import records
+from runexp.tasks.cache import records
 from runexp.compiler.formats.classification_files import DataFileError, load_examples
-from runexp.tasks.classification import encode_examples, labels_of
-from runexp.tasks.dynamic_masking import mask_batch
-from runexp.tasks.masking import MaskingConfig
-from runexp.tasks.packing import PACKED_FEATURES
-from runexp.tasks.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
+from runexp.tasks.sources.classification import encode_examples, labels_of
+from runexp.tasks.instances.dynamic_masking import mask_batch
+from runexp.tasks.instances.masking import MaskingConfig
+from runexp.tasks.instances.packing import PACKED_FEATURES
+from runexp.tasks.instances.pretraining_shards import (PretrainingConfig, ShardStats, cached_tokenizer,
                                              iter_shard_batches)
-from runexp.tasks.records import feature_spec, seqio_dtype
-from runexp.tasks.seqio_vocabulary import seqio_vocabulary
-from runexp.tasks.text_files import expand_globs
+from runexp.tasks.cache.records import feature_spec, seqio_dtype
+from runexp.tasks.vocabulary.seqio_vocabulary import seqio_vocabulary
+from runexp.tasks.sources.text_files import expand_globs
 from runexp.compiler.plan import Plan
 from runexp.compiler.specs import FinetuneSpec
 from runexp.runtime import storage
@@ -260,7 +260,7 @@ def _text_source(config: PretrainingConfig, vocab_dir: Optional[str],
         patterns["validation"] = validation_files
 
     def signature(split: str) -> dict:
-        # A split masked at training time also has word_starts (tasks/records.py).
+        # A split masked at training time also has word_starts (tasks/cache/records.py).
         return {k: tf.TensorSpec(shape, tf.as_dtype(seqio_dtype(dtype))) for k, (shape, dtype)
                 in feature_spec(config.max_seq_length,
                                 config.predictions_per_row if config.is_packed(split)

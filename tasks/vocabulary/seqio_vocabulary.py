@@ -3,7 +3,7 @@
 A WordPiece directory (``vocab.txt``) is ``seqio.BertWordPieceVocabulary`` (tensorflow_text's
 ``BertTokenizer`` over the same file, lower-casing as the vocab does); a SentencePiece one
 (``spm.model``) is ``seqio.SentencePieceVocabulary``. The pipeline never tokenises through
-them (runexp's tokenizer makes the ids, tasks/tokenizer.py); seqio uses them to describe and
+them (runexp's tokenizer makes the ids, tasks/vocabulary/tokenizer.py); seqio uses them to describe and
 decode the features, and a seqio or t5x user reading a finished experiment's tasks
 (``runexp.tasks.register``) gets the vocabulary the model was trained with.
 Heavy module: imports seqio and TensorFlow.
@@ -21,7 +21,7 @@ import os
 import seqio
 import tensorflow as tf
 
-from runexp.tasks.tokenizer import REPORT_FILE, SPM_FILE, VOCAB_FILE
+from runexp.tasks.vocabulary.tokenizer import REPORT_FILE, SPM_FILE, VOCAB_FILE
 
 
 def seqio_vocabulary(vocab_dir: str) -> seqio.Vocabulary:

@@ -3,7 +3,7 @@
 
 ``bert_tfrecord``: every record of every file (train_files, validation_files) is read by
 TensorFlow (framing and CRCs checked) and parsed with the features google-research/bert's
-``run_pretraining.py`` parses (tasks/records.py's ``feature_spec``: the same ones runexp
+``run_pretraining.py`` parses (tasks/cache/records.py's ``feature_spec``: the same ones runexp
 writes). A record that does not parse is one UserError naming the file and the record, with
 what was expected and what was found (compiler/formats/example_peek.py says it, in the words of the
 dry run). Valid records are copied byte for byte into runexp's shards.
@@ -13,9 +13,9 @@ read with ``get_dataset(split=..., sequence_length=None, use_cached=False, shuff
 Its ``element_spec`` must hold BERT's seven features: ids int32 or int64, weights float32,
 shapes ``[max_seq_length]``, ``[max_predictions_per_seq]``, ``next_sentence_labels`` a scalar
 or ``[1]``; anything else is one UserError naming the task, its module and the contract. The
-examples are encoded (tasks/example_proto.py) into a spill file, then split into shards.
+examples are encoded (tasks/cache/example_proto.py) into a spill file, then split into shards.
 
-Both: values checked and counted (tasks/example_cache.py), shards staged, then moved into the
+Both: values checked and counted (tasks/cache/example_cache.py), shards staged, then moved into the
 cache with info, stats and COMPLETED last.
 
 Heavy module: imports TensorFlow (and seqio for seqio_bert_features).
@@ -39,11 +39,11 @@ from runexp.compiler.errors import Problem, UserError
 from runexp.compiler.specs.source_formats import TEXT_FORMATS, listed
 from runexp.compiler.formats.example_peek import (BERT_FEATURES, check_features, expected_features,
                                           parse_example)
-from runexp.tasks import records
-from runexp.tasks.example_cache import SplitCounts, ShardSplitter, ValueChecks, commit
+from runexp.tasks.cache import records
+from runexp.tasks.cache.example_cache import SplitCounts, ShardSplitter, ValueChecks, commit
 from runexp.compiler.shard_count import auto_num_shards
-from runexp.tasks.pretraining_shards import cached_tokenizer
-from runexp.tasks.text_files import expand_globs
+from runexp.tasks.instances.pretraining_shards import cached_tokenizer
+from runexp.tasks.sources.text_files import expand_globs
 
 STAGING_DIR = ".examples-staging"  # under the stage directory, beside the cache
 BATCH = 1024
@@ -237,7 +237,7 @@ def _seqio_task(name: str, modules) -> tuple[object, str]:
     """The user's registered task (or mixture) and how to name it in messages."""
     import seqio
 
-    from runexp.tasks import seqio_sources
+    from runexp.tasks.sources import seqio_sources
 
     seqio_sources.import_user_modules(modules)
     what = f"seqio task {name!r} ({seqio_sources.registered_by(name)})"

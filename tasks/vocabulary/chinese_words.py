@@ -6,7 +6,7 @@ character at a time. Chinese-BERT-wwm (Cui et al., 2019) masks the words a Chine
 segmenter finds instead: all the characters of a word together. Here the segmenter is jieba
 (``word_segmenter = 'jieba'``, the ``chinese`` extra: pip install 'jieba>=0.42,<0.43').
 
-``continuations`` runs on the lines the preprocess stage tokenises once (tasks/split_index.py)
+``continuations`` runs on the lines the preprocess stage tokenises once (tasks/instances/split_index.py)
 and says, per token, whether it continues a segmented word: the 2nd..nth character of a
 word of two or more characters, every one of them a CJK ideograph (BERT's ``_is_cjk``: a
 word mixing Chinese with Latin letters or digits, such as "T恤", is left to WordPiece, as
@@ -22,7 +22,7 @@ A token that continues a segmented word does not start a word for masking
 still join the piece before them.
 
 Usage:
-    words = word_segmenter("jieba", tokenizer)   # a WordPiece tokenizer (tasks/tokenizer.py)
+    words = word_segmenter("jieba", tokenizer)   # a WordPiece tokenizer (tasks/vocabulary/tokenizer.py)
     ids, counts = tokenizer.encode_lines(lines)
     continues, unsegmented = words.continuations(lines, ids, counts)
 
@@ -40,7 +40,7 @@ from typing import Sequence
 import numpy as np
 
 from runexp.compiler.specs.bad_input import WORD_SEGMENTER, counted_by
-from runexp.tasks.wordpiece import WordPieceTokenizer, _is_cjk
+from runexp.tasks.vocabulary.wordpiece import WordPieceTokenizer, _is_cjk
 
 SEGMENTERS = ("jieba",)
 # The input issue kind (compiler/specs/bad_input.py) of lines whose words could not be

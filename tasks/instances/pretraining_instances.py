@@ -62,8 +62,8 @@ from typing import Sequence
 
 import numpy as np
 
-from runexp.tasks.document_store import DocumentStore, TokenSource
-from runexp.tasks.masking import MaskingConfig, group_starts, mask_batch
+from runexp.tasks.instances.document_store import DocumentStore, TokenSource
+from runexp.tasks.instances.masking import MaskingConfig, group_starts, mask_batch
 
 PAIR_OBJECTIVES = ("nsp", "sop", "none")
 

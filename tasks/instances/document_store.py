@@ -1,5 +1,5 @@
 """A shard's documents as flat token arrays (``DocumentStore``), and where random next
-segments come from (``TokenSource``): what tasks/pretraining_instances.py builds instances
+segments come from (``TokenSource``): what tasks/instances/pretraining_instances.py builds instances
 from."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ class DocumentStore:
     ``sentence_starts[s]`` is the offset of sentence ``s`` (one extra entry at the end);
     ``doc_starts[d]`` is the first sentence of document ``d`` (one extra entry at the end).
     ``continuation_bit`` (0: none): a bit set in the stored value of a token that continues
-    a segmented word (Chinese words, tasks/chinese_words.py); its id is the value without
+    a segmented word (Chinese words, tasks/vocabulary/chinese_words.py); its id is the value without
     it (``ids``).
     """
 

@@ -37,7 +37,7 @@ import random
 import sysconfig
 from typing import Iterator, Sequence
 
-from runexp.tasks.sentences import split_sentences
+from runexp.tasks.sources.sentences import split_sentences
 
 # Directories never read: tests and their data, the IDE, third-party code, binary builds.
 _SKIP_DIRS = frozenset({

@@ -13,7 +13,7 @@ unlike seqio/t5's "BERT-like" objectives).
 Word-level selection (which pieces start a word: per id, the vocab's ``word_start`` table,
 a WordPiece ``##`` piece or a SentencePiece piece without "▁" continuing one; or per
 position, ``mask_batch``'s ``word_starts``: Chinese words of a word segmenter, whose 2nd..nth
-characters continue them too, tasks/chinese_words.py):
+characters continue them too, tasks/vocabulary/chinese_words.py):
 
 - ``whole_word_masking``: candidate groups are words (a piece that does not start a word
   joins the piece just before it); groups are taken in random order while they fit in ``k``,
@@ -225,7 +225,7 @@ def mask_batch(ids: np.ndarray, lengths: np.ndarray, candidates: np.ndarray,
       word_starts: [batch, max_seq_length] bool, whether each position's token starts a
         word (word-level masking); default: ``config.word_start`` of its id. Given when
         words are more than WordPiece pieces (Chinese words from a word segmenter:
-        tasks/chinese_words.py).
+        tasks/vocabulary/chinese_words.py).
 
     Returns:
       (ids, positions [batch, max_predictions] ascending then 0-padded,

@@ -1,7 +1,7 @@
 """Scale-out preprocessing: the preprocess stage's shards built by an Apache Beam pipeline.
 
 ``bert_pretraining_task.runner = 'beam'`` (compiler/specs/runner.py). The pipeline runs the
-local runner's own code (tasks/pretraining_shards.py ``run_shard_jobs``), step for step, so
+local runner's own code (tasks/instances/pretraining_shards.py ``run_shard_jobs``), step for step, so
 its records, stats and bad-input report are the same, byte for byte, whatever the runner and
 its number of workers:
 
@@ -29,7 +29,7 @@ batch by batch (phase 1), a shard's documents and plan (phase 2): the local runn
 
 Where the files live: the workers read the corpus where it is: local files, or on Cloud
 Storage the object versions the plan listed (``gs://bucket/key#generation``, read by byte
-ranges: tasks/input_files.py; the executor hands them over without downloading them,
+ranges: tasks/sources/input_files.py; the executor hands them over without downloading them,
 runtime/stages/preprocess.py ``inputs_read_in_place``). With a local runner (DirectRunner:
 worker processes on this machine) the index is built in the stage's spill directory and the
 shards are written in place. With a runner whose workers are elsewhere (Dataflow) everything
@@ -77,13 +77,13 @@ import apache_beam as beam  # noqa: E402
 from runexp.compiler.errors import UserError
 from runexp.compiler.specs.runner import LOCAL_BEAM_RUNNERS, canonical_runner
 from runexp.runtime import storage
-from runexp.tasks import input_files
-from runexp.tasks.pretraining_shards import (ShardJob, ShardStats, plan_range_jobs,
+from runexp.tasks.sources import input_files
+from runexp.tasks.instances.pretraining_shards import (ShardJob, ShardStats, plan_range_jobs,
                                              remove_split_indexes, write_shard)
-from runexp.tasks.split_index import (RangeJob, RangeResult, build_split_index, tokenize_range)
-from runexp.tasks.tokenizer import cached_tokenizer
+from runexp.tasks.instances.split_index import (RangeJob, RangeResult, build_split_index, tokenize_range)
+from runexp.tasks.vocabulary.tokenizer import cached_tokenizer
 
-# The files of a split's index (tasks/split_index.py build_split_index), meta.json last.
+# The files of a split's index (tasks/instances/split_index.py build_split_index), meta.json last.
 INDEX_FILES = ("tokens.bin", "offsets.bin", "documents.npy", "blocks.npy", "block_tokens.npy",
                "meta.json")
 _RANGE_FILES = ("tokens", "lengths", "fragments.npy")

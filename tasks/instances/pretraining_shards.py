@@ -1,7 +1,7 @@
 """BERT pretraining shards: read, tokenize, plan instances, mask, serialise.
 
 A split is built in two phases, so that its cost is linear in its size. Phase 1
-(tasks/split_index.py) reads and tokenises each input byte once, by byte ranges, into the
+(tasks/instances/split_index.py) reads and tokenises each input byte once, by byte ranges, into the
 split's index of documents and blocks. Phase 2, here: ``write_shard`` takes the blocks
 ``assign_blocks`` gives shard k (balanced by size, spread over the whole split), plans
 instances block by block, each block with its own seed ``(random_seed, split, block)``, and
@@ -17,7 +17,7 @@ shards at most 64 MiB of text. Instances are built, masked, serialised and writt
 at a time, already in their final order.
 
 With ``packing`` the train split's instances are packed into rows batch by batch (up to
-``BATCH_SIZE`` instances packed together, tasks/packing.py), after they are masked: each
+``BATCH_SIZE`` instances packed together, tasks/instances/packing.py), after they are masked: each
 instance is made and masked as unpacked, so packing changes which row holds it, not it.
 
 Both the preprocess stage (parallel, to TFRecords) and the seqio task's uncached source
@@ -53,17 +53,17 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import PreprocessSpec
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks import input_files
-from runexp.tasks.masking import MaskingConfig
-from runexp.tasks.document_store import DocumentStore
-from runexp.tasks.packing import pack_batch
-from runexp.tasks.pretraining_instances import InstanceConfig, build_batch, plan_instances
-from runexp.tasks.text_files import InputIssues
-from runexp.tasks.split_index import (SPILL_DIR, RangeJob, RangeResult,
+from runexp.tasks.sources import input_files
+from runexp.tasks.instances.masking import MaskingConfig
+from runexp.tasks.instances.document_store import DocumentStore
+from runexp.tasks.instances.packing import pack_batch
+from runexp.tasks.instances.pretraining_instances import InstanceConfig, build_batch, plan_instances
+from runexp.tasks.sources.text_files import InputIssues
+from runexp.tasks.instances.split_index import (SPILL_DIR, RangeJob, RangeResult,
                                       build_split_index, plan_ranges, tokenize_range)
-from runexp.tasks.split_reader import local_index, open_index
-from runexp.tasks.tokenizer import Tokenizer, cached_tokenizer  # noqa: F401 (re-exported)
-from runexp.tasks.records import TFRecordWriter, encode_instance_batch, shard_path
+from runexp.tasks.instances.split_reader import local_index, open_index
+from runexp.tasks.vocabulary.tokenizer import Tokenizer, cached_tokenizer  # noqa: F401 (re-exported)
+from runexp.tasks.cache.records import TFRecordWriter, encode_instance_batch, shard_path
 
 BATCH_SIZE = 1024
 
@@ -226,7 +226,7 @@ def iter_shard_batches(files: Sequence[str], vocab_dir: str, config: Pretraining
         stats.tokens += int(batch["input_mask"].sum())
         stats.masked += int(batch["masked_lm_weights"].sum())
         stats.random_next += int(batch["next_sentence_labels"].sum())
-        if packed:  # the batch's instances packed into rows (tasks/packing.py), in order
+        if packed:  # the batch's instances packed into rows (tasks/instances/packing.py), in order
             batch = pack_batch(batch, config.max_seq_length, config.predictions_per_row)
             stats.rows += len(batch["input_ids"])
         yield batch

@@ -1,7 +1,7 @@
 """Training a true WordPiece ``vocab.txt``: the vocabulary every BERT tokenizer reads alike.
 
 The text is first split as google-research/bert's ``BasicTokenizer`` splits it (runexp's
-implementation, tasks/wordpiece.py: control characters dropped, CJK characters one by one,
+implementation, tasks/vocabulary/wordpiece.py: control characters dropped, CJK characters one by one,
 lower-casing and accent stripping when ``do_lower_case``, punctuation split off), so the
 vocabulary is learnt on the very words WordPiece will later see. SentencePiece's BPE trainer
 (deterministic, multi-threaded, in C++) then learns the word pieces on those words, and its
@@ -30,7 +30,7 @@ import os
 from typing import Sequence
 
 from runexp.compiler.specs.vocab import SPECIAL_TOKENS
-from runexp.tasks.wordpiece import WordPieceTokenizer
+from runexp.tasks.vocabulary.wordpiece import WordPieceTokenizer
 
 VOCAB_FILE = "vocab.txt"
 CHARACTER_COVERAGE = 0.9995

@@ -1,12 +1,12 @@
 """The documents of whole text files in any text format, as the format's reader
-(tasks/text_formats.py) gives them: the sentences preprocessing makes. The vocab stage reads
+(tasks/sources/text_formats.py) gives them: the sentences preprocessing makes. The vocab stage reads
 them, and samples them for training a vocabulary.
 
 Usage:
-    files = expand_globs(["data/*.txt"])                  # tasks/text_files.py
+    files = expand_globs(["data/*.txt"])                  # tasks/sources/text_files.py
     for document in iter_documents(files):               # a list of sentence strings
         ...
-    issues = input_issues("jsonl")                       # tasks/text_formats.py
+    issues = input_issues("jsonl")                       # tasks/sources/text_formats.py
     for path, line, document in iter_located_documents(files, issues, text_format="jsonl"):
         ...
 
@@ -19,8 +19,8 @@ import random
 from typing import Iterable, Iterator, Optional, Sequence
 
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks.text_files import InputIssues, ReadCounter
-from runexp.tasks.text_formats import reader_class
+from runexp.tasks.sources.text_files import InputIssues, ReadCounter
+from runexp.tasks.sources.text_formats import reader_class
 
 
 def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] = None,
@@ -29,7 +29,7 @@ def iter_located_documents(files: Sequence[str], issues: Optional[InputIssues] =
                            text_field: str = SourceSpec.text_field
                            ) -> Iterator[tuple[str, int, list[str]]]:
     """Yields ``(path, first line number, sentences)`` for every document, in file order,
-    as the format's reader gives them (tasks/text_formats.py: the sentences preprocessing
+    as the format's reader gives them (tasks/sources/text_formats.py: the sentences preprocessing
     makes). sentence_lines: a document is a run of non-blank lines (stripped), a sentence
     each; lines longer than ``MAX_LINE_CHARS`` bytes are skipped (and counted); undecodable
     bytes become U+FFFD. A file's end ends a document.

@@ -1,4 +1,4 @@
-"""A split's index (tasks/split_index.py), read back for phase 2: ``SplitIndex`` serves a
+"""A split's index (tasks/instances/split_index.py), read back for phase 2: ``SplitIndex`` serves a
 shard its documents and any document of the split (random next segments) by ``pread``;
 ``open_index`` caches it per process (workers build several shards); ``local_index`` builds
 one in-process for a few files (uncached reads, tests).
@@ -20,11 +20,11 @@ import numpy as np
 
 from runexp.compiler.specs.preprocess import MaskingSpec
 from runexp.compiler.specs.source import SourceSpec
-from runexp.tasks.document_store import DocumentStore, TokenSource
-from runexp.tasks.split_index import (RangeJob, assign_blocks, block_seed, build_split_index,
+from runexp.tasks.instances.document_store import DocumentStore, TokenSource
+from runexp.tasks.instances.split_index import (RangeJob, assign_blocks, block_seed, build_split_index,
                                       tokenize_range)
-from runexp.tasks.text_files import InputIssues
-from runexp.tasks.tokenizer import cached_tokenizer
+from runexp.tasks.sources.text_files import InputIssues
+from runexp.tasks.vocabulary.tokenizer import cached_tokenizer
 
 
 def _pread_array(fd: int, dtype: np.dtype, start: int, count: int) -> np.ndarray:

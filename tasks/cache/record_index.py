@@ -1,6 +1,6 @@
 """Random access to the records of a task cache's split: where each record starts.
 
-A split's TFRecord files (tasks/records.py layout) are read in file order as one sequence of
+A split's TFRecord files (tasks/cache/records.py layout) are read in file order as one sequence of
 records, numbered from 0; ``RecordIndex.read(indices)`` returns the serialized records at
 those numbers without reading any other. The index is the byte offset of every record
 (8 bytes a record, plus one end offset a file), built once by reading the 12-byte length

@@ -2,7 +2,7 @@
 
 A vocab directory (see ``tokenizer.py``) holds one vocabulary: ``vocab.txt`` (WordPiece,
 BERT's layout: line i is the token of id i; what runexp trains by default,
-tasks/wordpiece_trainer.py) or ``spm.model`` (SentencePiece, ALBERT-style, on request; then
+tasks/vocabulary/wordpiece_trainer.py) or ``spm.model`` (SentencePiece, ALBERT-style, on request; then
 no ``vocab.txt`` exists to mislead a consumer into reading SentencePiece pieces as
 WordPiece); and ``report.json``, with diagnostics measured before any accelerator time is
 spent: the UNK rate and word pieces per whitespace-separated word on held-out text.
@@ -28,9 +28,9 @@ import shutil
 from typing import Sequence
 
 from runexp.compiler.formats.huggingface_dir import TOKENIZER_FILE, wordpiece_vocab
-from runexp.tasks.tokenizer import (REPORT_FILE, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
+from runexp.tasks.vocabulary.tokenizer import (REPORT_FILE, SPECIAL_TOKENS, SPM_FILE, VOCAB_FILE,
                                     Tokenizer, load_tokenizer)
-from runexp.tasks.wordpiece_trainer import train_wordpiece
+from runexp.tasks.vocabulary.wordpiece_trainer import train_wordpiece
 
 UNK_WARNING_RATE = 0.01
 _SAMPLE_WORDS = ("function", "returns", "asynchronous", "unittest", "tkinter", "émigré")

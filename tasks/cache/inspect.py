@@ -22,9 +22,9 @@ import struct
 import numpy as np
 
 from runexp.compiler.formats.protobuf_wire import fields, read_varint
-from runexp.tasks.records import iter_records
-from runexp.tasks.tokenizer import load_tokenizer
-from runexp.tasks.records import cached_tasks, read_masking
+from runexp.tasks.cache.records import iter_records
+from runexp.tasks.vocabulary.tokenizer import load_tokenizer
+from runexp.tasks.cache.records import cached_tasks, read_masking
 
 MAX_STATS_RECORDS = 200_000  # length statistics read at most this many records
 _ONE_F32 = struct.pack("<f", 1.0)
@@ -153,7 +153,7 @@ def format_example(features: dict[str, list], tokenizer) -> list[str]:
         if w > 0:
             marks[pos] = label
     mask_id = tokenizer.mask_id
-    instances = features.get("instance_ids")  # a packed row (tasks/packing.py)
+    instances = features.get("instance_ids")  # a packed row (tasks/instances/packing.py)
     segments: dict[int, list[str]] = {0: [], 1: []}
     lines: list[str] = []
     for p in range(n):
