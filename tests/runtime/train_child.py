@@ -90,6 +90,7 @@ def main(spec_path: str) -> int:
 
     from tests.support.runtime import make_ctx
     from runexp.runtime.preemption import Preempted
+    from runexp.runtime.executor import declared_summary
 
     summaries = []
     for run in spec["runs"]:
@@ -97,7 +98,8 @@ def main(spec_path: str) -> int:
         ctx = make_ctx(run["kind"], run["params"], run["inputs"], run["work_dir"])
         ctx.progress = lambda message: print(message, flush=True)
         try:
-            summaries.append(handler.run(ctx))
+            # As MANIFEST.json holds it (the executor's own conversion).
+            summaries.append(declared_summary(run["kind"], handler.run(ctx)))
         except Preempted as e:
             print(f"PREEMPTED {e}", flush=True)
             return e.exit_code

@@ -62,7 +62,7 @@ def test_the_vocab_stage_adopts_it_and_reports_the_roles(albert_model, lines, tm
     messages = []
     summary = vocab_stage.run(StageContext(stage, Plan("t", str(tmp_path), (stage,)), str(out),
                                            progress=messages.append))
-    assert summary["type"] == "sentencepiece" and summary["unk_rate"] < 0.01
+    assert summary.type == "sentencepiece" and summary.unk_rate < 0.01
     report = json.loads((out / "report.json").read_text())
     assert report["special_pieces"] == ALBERT_ROLES
     assert report["special_ids"] == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3,
