@@ -28,8 +28,8 @@ test: $(STAMP) lint
 
 # The inner loop: every test but those that train for minutes (marked `slow`) and those that
 # run whole experiments through the command (marked `e2e`); see the README's test section.
-# On this 2-core machine: 40 min for its 814 tests, timed while five other sessions ran
-# their own tests beside it (load average 10 to 22).
+# On this 2-core machine: about 19 min for its 867 tests (their share of a full `make test`,
+# 38 min for 953 tests, while other work ran beside it).
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -m "not slow and not e2e" -q
 
