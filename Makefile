@@ -22,16 +22,22 @@ run: $(STAMP)
 dry_run: $(STAMP)
 	$(BIN)/runexp --gin_file=quickstart.gin --dry_run || test $$? -eq 2
 
+# Test processes (pytest-xdist): one a core on this 2-core machine; `make test TEST_WORKERS=1`
+# runs in one process, `TEST_WORKERS=4` on a bigger one (each worker holds TensorFlow: ~1 GB).
+TEST_WORKERS ?= 2
+# A worker takes whole files, so a file's module fixtures (a trained tiny model) are built once.
+XDIST := -n $(TEST_WORKERS) --dist loadfile
+
 # The README's and CI's command: the linter, then every test (slow end-to-end ones included).
 test: $(STAMP) lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 # The inner loop: every test but those that train for minutes (marked `slow`) and those that
 # run whole experiments through the command (marked `e2e`); see the README's test section.
 # On this 2-core machine: about 19 min for its 867 tests (their share of a full `make test`,
 # 38 min for 953 tests, while other work ran beside it).
 test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -m "not slow and not e2e" -q
+	$(BIN)/python -m pytest $(XDIST) -m "not slow and not e2e" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check compiler tasks runtime tests bench
