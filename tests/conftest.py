@@ -99,10 +99,16 @@ def _stop(proc) -> None:
 
 
 def pytest_collection_modifyitems(items):
-    """Marks ``gcs`` each test that needs the emulator, whichever fixture brings it in."""
+    """Marks ``gcs`` each test that needs the emulator, whichever fixture brings it in; then
+    puts the files holding slow or end-to-end tests first (each file's order kept), so that
+    under pytest-xdist the longest files start early and the run does not end on one worker
+    with a long file while the other waits."""
     for item in items:
         if "gcs_emulator" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gcs)
+    long_files = {item.nodeid.split("::")[0] for item in items
+                  if item.get_closest_marker("slow") or item.get_closest_marker("e2e")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in long_files)
 
 
 @pytest.fixture(scope="session")
