@@ -34,8 +34,9 @@ test: $(STAMP) lint
 
 # The inner loop: every test but those that train for minutes (marked `slow`) and those that
 # run whole experiments through the command (marked `e2e`); see the README's test section.
-# On this 2-core machine: about 19 min for its 867 tests (their share of a full `make test`,
-# 38 min for 953 tests, while other work ran beside it).
+# On this 2-core machine its 867 tests take about 19 min in one process (their share of a
+# one-process run of all 953: 35 min); two workers ran all 953 in 39.5 min with two CPU hogs
+# beside them (bench/cpu_load.py). test-fast with two workers is not timed yet.
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest $(XDIST) -m "not slow and not e2e" -q
 
