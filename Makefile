@@ -25,8 +25,10 @@ dry_run: $(STAMP)
 # Test processes (pytest-xdist): one a core on this 2-core machine; `make test TEST_WORKERS=1`
 # runs in one process, `TEST_WORKERS=4` on a bigger one (each worker holds TensorFlow: ~1 GB).
 TEST_WORKERS ?= 2
-# A worker takes whole files, so a file's module fixtures (a trained tiny model) are built once.
-XDIST := -n $(TEST_WORKERS) --dist loadfile
+# A worker takes whole files, so a file's module fixtures (a trained tiny model) are built once;
+# in collection order (tests/conftest.py puts the long files first), not xdist's by test count,
+# which left one-test files like the soak test for the end.
+XDIST := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The README's and CI's command: the linter, then every test (slow end-to-end ones included).
 test: $(STAMP) lint
