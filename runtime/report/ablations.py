@@ -40,11 +40,9 @@ from runexp.compiler.sweep import value_text
 from runexp.runtime.report import curves
 from runexp.runtime.report.collect import Report, StageReport
 from runexp.runtime.report.format import esc, img
+from runexp.runtime.report.seed_noise import NOISE_STDS, Stat, stat, verdict
 
 ABLATION_FILE = "ablation.png"  # the figure's name (ablation.BASE.png for a second base)
-# The verdict: a group's mean within this many pooled sample standard deviations of the first
-# group's is "within seed noise".
-NOISE_STDS = 2.0
 _DPI = 100
 _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
            "#7f7f7f", "#bcbd22", "#17becf")
@@ -171,40 +169,6 @@ def _group(items: list, keys: dict, planned: Optional[list] = None) -> list[Grou
         g.label = (f"{g.name} ({n} seed{'s' if n != 1 else ''})" if total <= n
                    else f"{g.name} ({n} of {total} seeds)")
     return list(groups.values())
-
-
-# --- statistics -----------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class Stat:
-    n: int
-    mean: float
-    std: Optional[float]  # sample (n - 1); None for one value
-
-
-def stat(values: list) -> Optional[Stat]:
-    if not values:
-        return None
-    std = statistics.stdev(values) if len(values) > 1 else None
-    return Stat(len(values), statistics.fmean(values), std)
-
-
-def pooled_std(a: Stat, b: Stat) -> Optional[float]:
-    """The two groups' pooled sample standard deviation (None without n - 1 > 0 in all)."""
-    dof = (a.n - 1) + (b.n - 1)
-    if dof <= 0:
-        return None
-    return math.sqrt(((a.n - 1) * (a.std or 0.0) ** 2 + (b.n - 1) * (b.std or 0.0) ** 2) / dof)
-
-
-def verdict(a: Stat, b: Stat) -> tuple[float, Optional[float], str]:
-    """(b.mean - a.mean, the pooled std, 'within seed noise' | 'differs' | why neither)."""
-    diff = b.mean - a.mean
-    pooled = pooled_std(a, b)
-    if pooled is None:
-        return diff, None, "one seed each: no noise estimate"
-    return diff, pooled, ("within seed noise" if abs(diff) <= NOISE_STDS * pooled + 1e-12
-                          else "differs")
 
 
 def _at(points: list[tuple[float, float]], x: float) -> Optional[float]:
