@@ -15,7 +15,7 @@ import statistics
 
 import pytest
 
-from runexp.runtime.report import ablations, report
+from runexp.runtime.report import ablation_figure, ablations, report
 
 GIN = "experiments/quickstart_packing.gin"
 STEPS, EVAL_EVERY, BATCH = 600, 200, 32
@@ -181,7 +181,7 @@ def test_groups_compared_at_the_last_common_evaluation(finished):
 
     # The figure: each group's mean line at step x 32 instances, the mean of its seeds.
     (c,) = ablations.comparisons(r, draw=False)
-    fig = ablations.figure("t", c.groups, c.at)
+    fig = ablation_figure.figure("t", c.groups, c.at)
     acc_ax, loss_ax = fig.axes
     assert acc_ax.runexp_key == "mlm_accuracy" and loss_ax.runexp_key == "mlm_loss"
     assert acc_ax.get_xlabel() == "instances seen (step × 32 instances a step)"
@@ -257,7 +257,7 @@ def test_rows_batches_count_instances_by_the_measured_factor(tmp_path):
             "preprocess.pretrain.packingTrue)") in html_text
     assert ("read between the two evaluations around it for pretrain.packingTrue.seed1, "
             "pretrain.packingTrue.seed2, pretrain.packingTrue.seed3") in html_text
-    fig = ablations.figure("t", c.groups, c.at)
+    fig = ablation_figure.figure("t", c.groups, c.at)
     line = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}["packing=True (3 seeds)"]
     assert list(line.get_xdata()) == pytest.approx([8000.0, 16000.0, 24000.0])
     assert fig.axes[0].get_xlabel() == "instances seen (step × the stage's instances a step)"
@@ -268,7 +268,7 @@ def test_rows_batches_count_instances_by_the_measured_factor(tmp_path):
     html_text = ablations.section_ablation(r)
     assert "the packing factor is not known" in html_text
     (c,) = ablations.comparisons(r, draw=False)
-    assert "rows seen" in ablations.figure("t", c.groups, c.at).axes[0].get_xlabel()
+    assert "rows seen" in ablation_figure.figure("t", c.groups, c.at).axes[0].get_xlabel()
 
 
 def test_unfinished_stages_are_noted_and_nothing_fails(tmp_path):
