@@ -55,7 +55,7 @@ class Param:
 
 def setting(default: Any, doc: str, *, gin: Optional[str] = "", minimum: Optional[float] = None,
             maximum: Optional[float] = None, choices: tuple = (), mixture: str = "",
-            planned: bool = True, phase: bool = False) -> Any:
+            planned: bool = True, phase: bool = False, shown: bool = False) -> Any:
     """A spec field.
 
     Args:
@@ -71,9 +71,12 @@ def setting(default: Any, doc: str, *, gin: Optional[str] = "", minimum: Optiona
       planned: False for values the runtime adds (never in a plan or a fingerprint).
       phase: a pretraining phase may set it (`train.phases`, compiler/specs/phases.py): the
         phase's key is the gin parameter's name.
+      shown: one of the stage's key params, shown (in declaration order) beside the stage in
+        the report's stage table.
     """
     meta = {"doc": doc, "gin": gin, "minimum": minimum, "maximum": maximum,
-            "choices": tuple(choices), "mixture": mixture, "planned": planned, "phase": phase}
+            "choices": tuple(choices), "mixture": mixture, "planned": planned, "phase": phase,
+            "shown": shown}
     if isinstance(default, (list, dict, set)):
         raise TypeError("spec defaults are immutable: give a tuple")
     return dataclasses.field(default=default, metadata=meta)
@@ -110,6 +113,7 @@ class Setting:
     mixture: str
     planned: bool
     phase: bool = False
+    shown: bool = False
 
     @property
     def settable(self) -> bool:
@@ -139,11 +143,17 @@ class Spec:
             gin = f.name if meta["gin"] == "" else meta["gin"]
             yield Setting(f.name, gin, Param(kind, default, optional, meta["choices"],
                                              meta["minimum"], meta["maximum"], meta["doc"]),
-                          meta["mixture"], meta["planned"], meta["phase"])
+                          meta["mixture"], meta["planned"], meta["phase"], meta["shown"])
 
     @classmethod
     def param_names(cls, planned_only: bool = True) -> list[str]:
         return [s.name for s in cls.settings() if s.planned or not planned_only]
+
+    @classmethod
+    def shown_params(cls) -> list[str]:
+        """The key params a report shows beside the stage (`shown=True`), in declaration
+        order."""
+        return [s.name for s in cls.settings() if s.shown]
 
     @classmethod
     def choices(cls, name: str) -> tuple:

@@ -16,13 +16,13 @@ class CorpusSpec(Spec):
     held-out evaluation and a small fine-tune task."""
 
     source: str = setting("python_stdlib_docstrings", "which built-in corpus", gin=None,
-                          choices=("python_stdlib_docstrings",))
+                          choices=("python_stdlib_docstrings",), shown=True)
     min_bytes: int = setting(2_000_000, "fail unless the train text has at least this many "
                                         "bytes", minimum=1)
     heldout_fraction: float = setting(0.05, "share of documents held out", minimum=0.0,
-                                      maximum=1.0)
+                                      maximum=1.0, shown=True)
     finetune_classes: int = setting(6, "labels of the fine-tune task (stdlib packages)",
-                                    minimum=2)
+                                    minimum=2, shown=True)
     seed: int = setting(12345, "seed of the splits")
     python_version: str = setting("", "the Python whose library is read (the running one)",
                                   gin=None)

@@ -15,8 +15,8 @@ class EvaluateSpec(Spec):
     """`evaluate` in gin (plus `evaluate.enabled`, which decides whether the stage exists)."""
 
     model: dict = setting(None, "the encoder's bert_config (the pretrain stage's)", gin=None)
-    batch_size: int = setting(64, "evaluation batch size", minimum=1)
-    max_examples: Optional[int] = setting(None, "cap on evaluated examples", minimum=1)
+    batch_size: int = setting(64, "evaluation batch size", minimum=1, shown=True)
+    max_examples: Optional[int] = setting(None, "cap on evaluated examples", minimum=1, shown=True)
     max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)
     max_predictions_per_seq: int = setting(20, "masked positions per example (the preprocess "
                                                "stage's)", gin=None)

@@ -48,19 +48,20 @@ class FinetuneSpec(Spec):
     """`finetune` in gin: a classifier on the pretrained (or a released) encoder. The
     optimizer is BERT's run_classifier one: AdamW, linear decay, clipping at 1.0."""
 
-    task: str = setting("", "the classification_task's name (finetune.task)", gin=None)
+    task: str = setting("", "the classification_task's name (finetune.task)", gin=None, shown=True)
     data: ClassificationSpec = nested(ClassificationSpec, "the task's fields and labels",
                                       configurable="classification_task")
     init_checkpoint: Optional[str] = setting(None, "checkpoint in Google's BERT layout to "
-                                                   "fine-tune (None: the pretrain stage's)")
+                                                   "fine-tune (None: the pretrain stage's)",
+                                             shown=True)
     model: dict = setting(None, "the encoder's bert_config", gin=None)
-    batch_size: int = setting(32, "global batch size", minimum=1)
-    learning_rate: float = setting(2e-5, "peak learning rate", minimum=0.0)
-    warmup_steps: int = setting(100, "warmup steps", minimum=0)
+    batch_size: int = setting(32, "global batch size", minimum=1, shown=True)
+    learning_rate: float = setting(2e-5, "peak learning rate", minimum=0.0, shown=True)
+    warmup_steps: int = setting(100, "warmup steps", minimum=0, shown=True)
     weight_decay: float = setting(0.01, "AdamW weight decay", minimum=0.0)
     seed: int = setting(12345, "seed")
-    train_steps: int = setting(1000, "training steps", gin="steps", minimum=1)
-    max_seq_length: int = setting(128, "tokens per example", minimum=8)
+    train_steps: int = setting(1000, "training steps", gin="steps", minimum=1, shown=True)
+    max_seq_length: int = setting(128, "tokens per example", minimum=8, shown=True)
     compute_dtype: str = setting(TrainSpec.compute_dtype, "the pretraining compute dtype "
                                                           "(train.compute_dtype)",
                                  gin="train.compute_dtype")

@@ -40,21 +40,21 @@ class MaskingSpec(Spec):
     """Which positions are predicted and what they are replaced with (BERT's 80/10/10)."""
 
     max_predictions_per_seq: int = setting(20, "masked positions per example", minimum=1,
-                                           mixture=_ONE_MODEL, phase=True)
+                                           mixture=_ONE_MODEL, phase=True, shown=True)
     masked_lm_prob: float = setting(0.15, "share of tokens masked", minimum=0.0, maximum=1.0,
-                                    mixture=_AT_ONCE)
+                                    mixture=_AT_ONCE, shown=True)
     mask_token_prob: float = setting(0.8, "of masked positions, share replaced by [MASK]",
                                      minimum=0.0, maximum=1.0, mixture=_AT_ONCE)
     random_token_prob: float = setting(0.1, "of masked positions, share replaced by a random "
                                             "token", minimum=0.0, maximum=1.0, mixture=_AT_ONCE)
-    whole_word_masking: bool = setting(False, "mask whole words", mixture=_AT_ONCE)
+    whole_word_masking: bool = setting(False, "mask whole words", mixture=_AT_ONCE, shown=True)
     ngram_max: int = setting(1, "mask whole-word n-grams up to this length (p ~ 1/n); 1: single "
                                 "words", minimum=1)
     word_segmenter: str = setting("", "what a whole word is: '' a WordPiece word (## pieces "
                                       "join the piece before); 'jieba' also a Chinese word "
                                       "jieba finds (its characters are masked together, as "
                                       "Chinese-BERT-wwm; WordPiece vocabs)",
-                                  choices=("", "jieba"))
+                                  choices=("", "jieba"), shown=True)
 
     def __post_init__(self):
         if self.mask_token_prob + self.random_token_prob > 1 + 1e-9:
@@ -74,22 +74,22 @@ class MaskingSpec(Spec):
 class PreprocessSpec(Spec):
     """One bert_pretraining_task: instances, pairing and masking of its corpus."""
 
-    task: str = setting("", "the task's name (its gin scope)", gin=None)
+    task: str = setting("", "the task's name (its gin scope)", gin=None, shown=True)
     source: SourceSpec = nested(SourceSpec, "where the documents or examples come from")
     max_seq_length: int = setting(128, "tokens per example", minimum=8, mixture=_ONE_MODEL,
-                                  phase=True)
+                                  phase=True, shown=True)
     masking: MaskingSpec = nested(MaskingSpec, "which positions are predicted, and how")
     dupe_factor: int = setting(5, "static masks per instance (times each document is used)",
-                               minimum=1)
+                               minimum=1, shown=True)
     short_seq_prob: float = setting(0.1, "share of shorter target lengths", minimum=0.0,
                                     maximum=1.0)
     random_next_prob: float = setting(0.5, "share of random next segments", minimum=0.0,
                                       maximum=1.0)
     pair_objective: str = setting("nsp", "next-sentence (nsp), sentence-order (sop) or single "
-                                         "segments", choices=("nsp", "sop", "none"))
+                                         "segments", choices=("nsp", "sop", "none"), shown=True)
     dynamic_masking: bool = setting(False, "mask the train split at training time, anew each "
                                            "epoch (RoBERTa); validation stays statically masked",
-                                    mixture="same: a batch mixes the tasks' examples")
+                                    mixture="same: a batch mixes the tasks' examples", shown=True)
     random_seed: int = setting(12345, "seed of instance creation and masking")
     packing: bool = setting(False, "pack up to 3 instances into each train row (attention "
                                    "stays within an instance; validation stays unpacked): "

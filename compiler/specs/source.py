@@ -45,7 +45,7 @@ class SourceSpec(Spec):
     """Where a bert_pretraining_task's documents or examples come from (module docstring)."""
 
     format: str = setting("sentence_lines", f"the input's format: {listed(FORMATS)}",
-                          choices=FORMATS)
+                          choices=FORMATS, shown=True)
     text_field: str = setting("text", _for("the field holding a document's text",
                                            "text_field"))
     tfds_name: str = setting("", _for("TFDS dataset as name[/config][:version]", "tfds_name"))

@@ -14,7 +14,8 @@ from runexp.compiler.specs.outputs import Summary, output
 class SuiteSpec(Spec):
     """Derived from `finetune.suite`: nothing of it is set in gin directly."""
 
-    tasks: tuple[str, ...] = setting((), "the suite's tasks in order (finetune.suite)", gin=None)
+    tasks: tuple[str, ...] = setting((), "the suite's tasks in order (finetune.suite)", gin=None,
+                                     shown=True)
     glue_tasks: tuple[str, ...] = setting((), "those that are GLUE's, averaged by GLUE's rule "
                                               "(runtime/glue_score.py)", gin=None)
 

@@ -28,14 +28,15 @@ class SweepSpec(Spec):
                                          "e.g. {'learning_rate': [5e-5, 3e-5, 2e-5], "
                                          "'batch_size': [16, 32], 'seed': [1, 2]}: one "
                                          "finetune stage per combination; None: no sweep",
-                                   gin="sweep")
+                                   gin="sweep", shown=True)
     select_metric: Optional[str] = setting(None, "the dev metric the point is chosen by (its "
                                                  "mean over the task's dev sets); None: the "
-                                                 "task score (its metrics' mean, GLUE's rule)")
+                                                 "task score (its metrics' mean, GLUE's rule)",
+                                           shown=True)
     export_point: Optional[str] = setting(None, "the point the export takes, by its stage "
                                                 "id's suffix (e.g. 'lr3e-5.s2'); None: the "
-                                                "selected one")
-    task: str = setting("", "the fine-tuned task", gin=None)
+                                                "selected one", shown=True)
+    task: str = setting("", "the fine-tuned task", gin=None, shown=True)
     points: dict = setting(None, "point name -> the settings it sets (stage param -> value)",
                            gin=None)
     varied: tuple[str, ...] = setting((), "the swept stage params besides the seed, in the "

@@ -18,9 +18,9 @@ class OptimizerSpec(Spec):
     """The optimizer and its learning-rate schedule (warmup, then decay)."""
 
     optimizer: str = setting("adamw", "AdamW as BERT; LAMB for large batches; Amos",
-                             choices=("adamw", "lamb", "amos"))
-    learning_rate: float = setting(1e-4, "peak learning rate", minimum=0.0, phase=True)
-    warmup_steps: int = setting(10_000, "linear warmup steps", minimum=0, phase=True)
+                             choices=("adamw", "lamb", "amos"), shown=True)
+    learning_rate: float = setting(1e-4, "peak learning rate", minimum=0.0, phase=True, shown=True)
+    warmup_steps: int = setting(10_000, "linear warmup steps", minimum=0, phase=True, shown=True)
     weight_decay: float = setting(0.01, "AdamW weight decay", minimum=0.0)
     decay: str = setting("linear", "learning-rate decay after warmup",
                          choices=("linear", "polynomial"))
@@ -40,8 +40,9 @@ class TrainSpec(Spec):
     """The pretrain stage: the encoder, its data and the loop."""
 
     model: dict = setting(None, "the encoder's bert_config (model.*)", gin=None)
-    batch_size: int = setting(256, "global batch size", minimum=1, phase=True)
-    train_steps: int = setting(100_000, "training steps", gin="steps", minimum=1, phase=True)
+    batch_size: int = setting(256, "global batch size", minimum=1, phase=True, shown=True)
+    train_steps: int = setting(100_000, "training steps", gin="steps", minimum=1, phase=True,
+                               shown=True)
     optimization: OptimizerSpec = nested(OptimizerSpec, "optimizer and schedule")
     optimizer_state: str = setting(
         "reset", "how a phase after the first starts: 'reset' its optimizer (new moments, step 0, "
@@ -50,7 +51,7 @@ class TrainSpec(Spec):
     checkpoint_every: int = setting(1000, "steps between checkpoints", minimum=1, phase=True)
     keep_checkpoints: int = setting(5, "checkpoints kept", minimum=1)
     init_checkpoint: Optional[str] = setting(None, "checkpoint in Google's BERT layout to "
-                                                   "start from")
+                                                   "start from", shown=True)
     steps_per_loop: int = setting(1, "steps per host loop (one call to the accelerator)",
                                   minimum=1)
     log_every: int = setting(100, "steps between logs and summaries", minimum=1)
@@ -59,7 +60,7 @@ class TrainSpec(Spec):
                                     minimum=1, phase=True)
     compute_dtype: str = setting("float32", "bfloat16 on TPU; mixed_float16 (loss scaling) on "
                                             "GPU", choices=("float32", "bfloat16",
-                                                            "mixed_float16"))
+                                                            "mixed_float16"), shown=True)
     jit_compile: Optional[bool] = setting(None, "XLA-compile the training step (None: where it "
                                                 "is faster, one replica on CPU or GPU; TPU steps "
                                                 "are always compiled)")
@@ -68,8 +69,9 @@ class TrainSpec(Spec):
                                      "more compute; same gradients under XLA)",
                              choices=("none", "layers"), phase=True)
     eval_every: int = setting(0, "steps between held-out evaluations during training (0: off)",
-                              minimum=0)
-    max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None)
+                              minimum=0, shown=True)
+    max_seq_length: int = setting(128, "tokens per example (the preprocess stage's)", gin=None,
+                                  shown=True)
     max_predictions_per_seq: int = setting(20, "masked positions per example (the preprocess "
                                                "stage's)", gin=None)
     packing: bool = setting(False, "train rows hold up to 3 instances (the preprocess "
@@ -84,7 +86,7 @@ class TrainSpec(Spec):
         choices=("instances", "rows"), phase=True)
     mixture: Optional[str] = setting(None, "the mixture trained on (train.task)", gin=None)
     mixture_rates: Optional[dict] = setting(None, "task -> sampling rate of the mixture",
-                                            gin=None)
+                                            gin=None, shown=True)
     accelerator: Optional[dict] = setting(None, "the accelerator profile", gin=None)
     deadline_unix: Optional[float] = setting(None, "stop with a checkpoint before this "
                                                    "time.time() (from experiment.wall_time_hours)",

@@ -20,16 +20,18 @@ class VocabSpec(Spec):
     vocab_size (counted in the file); a trained one's also the training settings."""
 
     vocab_path: Optional[str] = setting(None, "BERT vocab.txt or SentencePiece .model to adopt; "
-                                              "None trains one", gin="path")
-    vocab_size: int = setting(30522, "vocabulary size to train", gin="size", minimum=16)
+                                              "None trains one", gin="path", shown=True)
+    vocab_size: int = setting(30522, "vocabulary size to train", gin="size", minimum=16, shown=True)
     vocab_type: str = setting("wordpiece", "what to train: wordpiece (a BERT vocab.txt every BERT "
                                            "tokenizer reads alike) or sentencepiece (spm.model "
                                            "only, ALBERT-style)", gin="type",
-                              choices=("wordpiece", "sentencepiece"))
-    do_lower_case: bool = setting(True, "lower-case (and strip accents) before tokenising")
+                              choices=("wordpiece", "sentencepiece"), shown=True)
+    do_lower_case: bool = setting(True, "lower-case (and strip accents) before tokenising",
+                                  shown=True)
     model_type: str = setting("unigram", "SentencePiece model type (vocab_type = 'sentencepiece')",
-                              choices=("unigram", "bpe"))
-    max_sentences: int = setting(1_000_000, "sentences sampled to train the vocab", minimum=1)
+                              choices=("unigram", "bpe"), shown=True)
+    max_sentences: int = setting(1_000_000, "sentences sampled to train the vocab", minimum=1,
+                                 shown=True)
     seed: int = setting(12345, "sampling seed")
 
     def _check_values(self, skip: tuple = ()) -> None:

@@ -28,25 +28,6 @@ DONE, OUT_OF_DATE, STARTED, NOT_STARTED = "done", "out of date", "started", "not
 STATUS_TEXT = {DONE: "done", OUT_OF_DATE: "not done: holds an earlier build",
                 STARTED: "not done: started, not finished", NOT_STARTED: "not done"}
 
-# The parameters shown for each kind, in this order (None values are left out).
-KEY_PARAMS = {
-    "corpus": ("source", "files", "finetune_classes", "heldout_fraction"),
-    "vocab": ("vocab_size", "vocab_type", "model_type", "vocab_path", "do_lower_case",
-              "max_sentences"),
-    "preprocess": ("task", "format", "max_seq_length", "max_predictions_per_seq",
-                   "masked_lm_prob", "dupe_factor", "pair_objective", "dynamic_masking",
-                   "whole_word_masking", "word_segmenter"),
-    "pretrain": ("train_steps", "batch_size", "learning_rate", "warmup_steps", "optimizer",
-                 "max_seq_length", "compute_dtype", "eval_every", "init_checkpoint",
-                 "mixture_rates"),
-    "evaluate": ("max_examples", "batch_size"),
-    "finetune": ("task", "train_steps", "batch_size", "learning_rate", "warmup_steps",
-                 "max_seq_length", "init_checkpoint"),
-    "sweep": ("task", "grid", "select_metric", "export_point"),
-    "export": (),
-}
-
-
 class RootReader:
     """Reads files under an experiment root, local or gs://. ``text`` and ``data`` return
     None for a missing file; ``files`` lists a directory as [(relative path, size)]."""

@@ -7,9 +7,9 @@ import html
 import math
 from typing import Any, Optional
 
+from runexp.compiler.kinds import KINDS
 from runexp.compiler.plan import Stage
-from runexp.runtime.report.collect import (DONE, KEY_PARAMS, NOT_STARTED, OUT_OF_DATE, STARTED,
-                                           StageReport)
+from runexp.runtime.report.collect import DONE, NOT_STARTED, OUT_OF_DATE, STARTED, StageReport
 from runexp.compiler.model_sizes import parameter_count
 
 
@@ -59,15 +59,18 @@ def _model(model: dict) -> str:
 
 
 def key_params(stage: Stage) -> list[tuple[str, str]]:
+    """The params the stage table shows: those its kind declares with `setting(...,
+    shown=True)` (compiler/specs/), set ones only, after the model of a training stage; a
+    kind this report does not know shows its first scalar params."""
     p = stage.params
-    names = KEY_PARAMS.get(stage.kind)
-    if names is None:  # a kind this report does not know: its scalar params
-        names = tuple(k for k, v in p.items() if isinstance(v, (str, int, float, bool)))[:8]
+    kind = KINDS.get(stage.kind)
+    if kind is None:
+        names = [k for k, v in p.items() if isinstance(v, (str, int, float, bool))][:8]
+    else:
+        names = kind.spec.shown_params()
     out = [(k, _value(p[k])) for k in names if p.get(k) is not None]
-    if stage.kind in ("pretrain", "finetune") and isinstance(p.get("model"), dict):
+    if kind is not None and kind.trains and isinstance(p.get("model"), dict):
         out.insert(0, ("model", _model(p["model"])))
-    if stage.kind == "corpus" and not out:
-        out = [(k, _value(v)) for k, v in p.items() if isinstance(v, (str, int, float))][:4]
     return out
 
 

@@ -197,6 +197,25 @@ def test_report_of_an_unfinished_experiment(experiment):
         or "pip install 'runexp[tensorboard]'" in html_text
 
 
+def test_the_stage_table_shows_the_params_each_kind_declares(experiment):
+    """Key params are declared where the settings are (`setting(..., shown=True)`): the
+    table shows those set, in declaration order, the model first for training stages."""
+    from runexp.compiler.kinds import KINDS
+
+    root, plan = experiment
+    html_text = report.render(report.collect(root))
+    for stage in plan.stages:
+        row = re.search(rf"<tr id='stage-{re.escape(stage.id)}'>(.*?)</tr>", html_text).group(1)
+        shown = re.findall(r"<span class='k'>([^<]+)</span>", row)
+        declared = [n for n in KINDS[stage.kind].spec.shown_params()
+                    if stage.params.get(n) is not None]
+        expected = (["model"] if KINDS[stage.kind].trains else []) + declared
+        assert shown == expected, stage.id
+    assert [k for k, kind in KINDS.items() if not kind.spec.shown_params()] == ["export"]
+    pretrain = re.search(r"<tr id='stage-pretrain'>(.*?)</tr>", html_text).group(1)
+    assert f"<span class='k'>train_steps</span> {TRAIN_STEPS}<" in pretrain
+
+
 def test_report_curves_carry_the_baselines_and_the_stop(experiment):
     root, plan = experiment
     r = report.collect(root, draw=False)
