@@ -102,8 +102,15 @@ def pytest_collection_modifyitems(items):
     """Marks ``gcs`` each test that needs the emulator, whichever fixture brings it in; then
     puts the files holding slow or end-to-end tests first (each file's order kept), so that
     under pytest-xdist the longest files start early and the run does not end on one worker
-    with a long file while the other waits."""
+    with a long file while the other waits.
+
+    Refuses a test id made from raw bytes: such data can differ between processes (a gzip
+    header carries the time it was written), and pytest-xdist stops the whole run when its
+    workers collect different ids. Name such cases with ``ids=``."""
     for item in items:
+        if "\\x" in item.nodeid:
+            raise pytest.UsageError(f"{item.nodeid}: a test id made from bytes; give the "
+                                    "parametrize case a name with ids=")
         if "gcs_emulator" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.gcs)
     long_files = {item.nodeid.split("::")[0] for item in items
